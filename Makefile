@@ -1,0 +1,50 @@
+# The interface for people and CI alike. Each target installs what it needs
+# into .venv first, so a fresh clone needs nothing but Python 3.11 and make.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
+SERVER_READY := $(VENV)/.server-installed
+DEV_READY := $(VENV)/.dev-installed
+
+.PHONY: install run test proto lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(SERVER_READY): $(BIN)/python pyproject.toml client/python/pyproject.toml constraints.txt
+	$(PIP) -e client/python -e .
+	touch $@
+
+$(DEV_READY): $(SERVER_READY)
+	$(PIP) -e client/python -e '.[dev]'
+	touch $@
+
+install: $(DEV_READY)
+
+## run: start the server on localhost:50051 (embedded Postgres, local model). ARGS="--port 6000" to change.
+run: $(SERVER_READY)
+	HF_HUB_OFFLINE=1 $(BIN)/contextfold serve $(ARGS)
+
+## test: the whole suite against real servers, Postgres and the model.
+test: $(DEV_READY)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## proto: regenerate the checked-in stubs from protos/.
+proto: $(DEV_READY)
+	$(BIN)/python scripts/gen_protos.py
+
+## lint: ruff, buf lint, and a check that the stubs are current.
+lint: $(DEV_READY)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/buf lint
+	$(BIN)/python scripts/gen_protos.py --check
+
+format: $(DEV_READY)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,34 @@
+"""contextfold: memory context injection for agents, as a remote service.
+
+from contextfold import Client
+
+with Client("localhost:50051") as cf:
+    result = cf.inject(messages)
+    send_to_model(render_for_model(result.messages))
+"""
+
+from .client import AsyncClient, Client, InjectResult
+from .convert import from_proto_messages, render_for_model, to_proto_messages
+from .errors import (
+    AlreadyExists,
+    ContextfoldError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "AsyncClient",
+    "Client",
+    "ContextfoldError",
+    "FailedPrecondition",
+    "InjectResult",
+    "InvalidArgument",
+    "NotFound",
+    "Unavailable",
+    "from_proto_messages",
+    "render_for_model",
+    "to_proto_messages",
+]

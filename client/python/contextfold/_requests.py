@@ -1,0 +1,96 @@
+"""Request builders shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from .convert import to_proto_messages
+from .v1 import injection_pb2, memory_pb2
+
+ScopeLike = memory_pb2.Scope | Mapping[str, str] | None
+MemoryLike = str | Mapping[str, Any] | memory_pb2.Memory
+
+_TRIGGERS = {
+    "user_turn": injection_pb2.TRIGGER_USER_TURN,
+    "every_turn": injection_pb2.TRIGGER_EVERY_TURN,
+}
+
+
+def scope(value: ScopeLike) -> memory_pb2.Scope | None:
+    if value is None or isinstance(value, memory_pb2.Scope):
+        return value
+    return memory_pb2.Scope(**value)
+
+
+def struct(value: Mapping[str, Any] | None) -> struct_pb2.Struct | None:
+    if value is None:
+        return None
+    converted = struct_pb2.Struct()
+    converted.update(value)
+    return converted
+
+
+def inject(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    trigger: str = "user_turn",
+    stores: Sequence[str] = (),
+    max_entries: int | None = None,
+    query: str = "",
+    query_vector: Sequence[float] = (),
+    scope_: ScopeLike = None,
+    min_score: float | None = None,
+    app_state: Mapping[str, Any] | None = None,
+    agent: Mapping[str, str] | None = None,
+) -> injection_pb2.InjectRequest:
+    if trigger not in _TRIGGERS:
+        raise ValueError(f"unknown trigger {trigger!r}: expected one of {', '.join(_TRIGGERS)}")
+    options = injection_pb2.MemoryOptions(
+        stores=list(stores), query=query, query_vector=list(query_vector), scope=scope(scope_)
+    )
+    if max_entries is not None:
+        options.max_entries = max_entries
+    if min_score is not None:
+        options.min_score = min_score
+    return injection_pb2.InjectRequest(
+        messages=to_proto_messages(messages),
+        trigger=_TRIGGERS[trigger],
+        memory=options,
+        app_state=struct(app_state),
+        agent=injection_pb2.Agent(**agent) if agent else None,
+    )
+
+
+def new_memory(value: MemoryLike) -> memory_pb2.Memory:
+    """An entry to add: plain text, a dict of `Memory` fields, or a `Memory`."""
+    if isinstance(value, memory_pb2.Memory):
+        return value
+    if isinstance(value, str):
+        return memory_pb2.Memory(content=value)
+    fields = dict(value)
+    metadata = struct(fields.pop("metadata", None))
+    return memory_pb2.Memory(metadata=metadata, **fields)
+
+
+def search(
+    query: str,
+    *,
+    stores: Sequence[str] = (),
+    max_results: int = 0,
+    scope_: ScopeLike = None,
+    min_score: float | None = None,
+    query_vector: Sequence[float] = (),
+) -> memory_pb2.SearchMemoriesRequest:
+    request = memory_pb2.SearchMemoriesRequest(
+        query=query,
+        query_vector=list(query_vector),
+        stores=list(stores),
+        max_results=max_results,
+        scope=scope(scope_),
+    )
+    if min_score is not None:
+        request.min_score = min_score
+    return request

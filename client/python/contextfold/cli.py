@@ -1,0 +1,181 @@
+"""The `contextfold` command: run the server, manage stores and memories, and inject.
+
+Every command but `serve` talks to a running server (`--address`, or
+CONTEXTFOLD_ADDRESS). Results print as JSON on stdout; errors print on stderr
+with the status and each bad field, and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf import json_format
+
+from .client import DEFAULT_TARGET, Client
+from .convert import dumps, loads
+from .errors import ContextfoldError
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(loads(dumps(value)), indent=2, ensure_ascii=False))
+
+
+def _proto_json(message) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _scope(args: argparse.Namespace) -> dict[str, str] | None:
+    scope = {key: getattr(args, key) for key in ("user_id", "agent_id", "session_id") if getattr(args, key)}
+    return scope or None
+
+
+def _add_scope_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-id", default="")
+    parser.add_argument("--agent-id", default="")
+    parser.add_argument("--session-id", default="")
+
+
+def _serve(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    try:
+        from contextfold_server.process import main as serve_main
+    except ImportError:
+        print("error: the server is not installed here; install contextfold-server (see the README)", file=sys.stderr)
+        return 1
+    serve_main(list(rest))
+    return 0
+
+
+def _stores(args: argparse.Namespace, cf: Client) -> None:
+    if args.action == "create":
+        _print_json(_proto_json(cf.create_store(args.name, description=args.description, dimension=args.dimension)))
+    elif args.action == "list":
+        _print_json([_proto_json(store) for store in cf.list_stores()])
+    else:
+        _print_json({"deleted_memory_count": cf.delete_store(args.name, force=args.force)})
+
+
+def _memory(args: argparse.Namespace, cf: Client) -> None:
+    if args.action == "add":
+        if args.id and len(args.content) > 1:
+            raise SystemExit("error: --id names one entry; give one content with it")
+        entry: dict[str, Any] = {key: value for key, value in (_scope(args) or {}).items()}
+        if args.metadata:
+            entry["metadata"] = json.loads(args.metadata)
+        if args.id:
+            entry["id"] = args.id
+        added = cf.add_memories(args.store, [{**entry, "content": content} for content in args.content])
+        _print_json([_proto_json(memory) for memory in added])
+    elif args.action == "search":
+        options: dict[str, Any] = {"stores": args.store, "max_results": args.max_results}
+        if args.min_score is not None:
+            options["min_score"] = args.min_score
+        results = cf.search_memories(args.query, scope=_scope(args), **options)
+        _print_json([_proto_json(result) for result in results])
+    elif args.action == "list":
+        _print_json([_proto_json(memory) for memory in cf.list_memories(args.store, scope=_scope(args))])
+    elif args.action == "get":
+        _print_json(_proto_json(cf.get_memory(args.id)))
+    else:
+        _print_json({"deleted_count": cf.delete_memories(args.ids, allow_missing=args.allow_missing)})
+
+
+def _inject(args: argparse.Namespace, cf: Client) -> None:
+    source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    with source:
+        document = loads(source.read())
+    messages = document["messages"] if isinstance(document, dict) else document
+    options: dict[str, Any] = {"trigger": args.trigger, "stores": args.store, "query": args.query}
+    if args.max_entries is not None:
+        options["max_entries"] = args.max_entries
+    if args.min_score is not None:
+        options["min_score"] = args.min_score
+    result = cf.inject(messages, scope=_scope(args), **options)
+    _print_json(result.messages)
+    report = result.report
+    summary = (
+        f"injected {len(report.entries)} entries into message {report.target_message_index}"
+        if report.injected
+        else f"nothing injected: {report.detail}"
+    )
+    print(f"{summary} (query: {report.query!r})", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contextfold", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--address", default=os.environ.get("CONTEXTFOLD_ADDRESS", DEFAULT_TARGET))
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("serve", help="run the server (options: contextfold serve --help)", add_help=False)
+
+    stores = commands.add_parser("stores", help="create, list and delete stores")
+    store_actions = stores.add_subparsers(dest="action", required=True)
+    create = store_actions.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--description", default="")
+    create.add_argument("--dimension", type=int, default=0, help="0: the server embedder's dimension")
+    store_actions.add_parser("list")
+    delete = store_actions.add_parser("delete")
+    delete.add_argument("name")
+    delete.add_argument("--force", action="store_true", help="also delete the store's entries")
+
+    memory = commands.add_parser("memory", help="add, search, list, get and delete entries")
+    memory_actions = memory.add_subparsers(dest="action", required=True)
+    add = memory_actions.add_parser("add")
+    add.add_argument("--store", required=True)
+    add.add_argument("content", nargs="+", help="one entry per argument")
+    add.add_argument("--id", default="", help="a caller-chosen id, so a retried add is harmless")
+    add.add_argument("--metadata", default="", help="a JSON object kept with the entry")
+    _add_scope_options(add)
+    search = memory_actions.add_parser("search")
+    search.add_argument("query")
+    search.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
+    search.add_argument("--max-results", type=int, default=5)
+    search.add_argument("--min-score", type=float)
+    _add_scope_options(search)
+    listing = memory_actions.add_parser("list")
+    listing.add_argument("--store", required=True)
+    _add_scope_options(listing)
+    get = memory_actions.add_parser("get")
+    get.add_argument("id")
+    remove = memory_actions.add_parser("delete")
+    remove.add_argument("ids", nargs="+")
+    remove.add_argument("--allow-missing", action="store_true")
+
+    inject = commands.add_parser("inject", help="fold memory into a conversation and print it")
+    inject.add_argument("--file", required=True, help="a JSON list of messages (or {'messages': [...]}); - for stdin")
+    inject.add_argument("--trigger", choices=["user_turn", "every_turn"], default="user_turn")
+    inject.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
+    inject.add_argument("--max-entries", type=int)
+    inject.add_argument("--min-score", type=float)
+    inject.add_argument("--query", default="", help="search for this instead of the adaptive query")
+    _add_scope_options(inject)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "serve":
+        return _serve(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        with Client(args.address, timeout=args.timeout) as cf:
+            {"stores": _stores, "memory": _memory, "inject": _inject}[args.command](args, cf)
+    except ContextfoldError as error:
+        print(f"error: {error}", file=sys.stderr)
+        for field, description in error.field_violations:
+            print(f"  {field}: {description}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

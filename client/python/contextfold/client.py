@@ -1,0 +1,264 @@
+"""`Client` and `AsyncClient`: every contextfold call, in agent-shaped Python.
+
+Both clients share one description of each call (`_calls`); they differ only
+in how they send it. Messages go in and come out as the dicts agents hold
+(see `contextfold.convert`); resources come back as the generated protobuf
+messages, which are typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import grpc
+
+from . import _requests
+from ._requests import MemoryLike, ScopeLike
+from .convert import MessageDict, from_proto_messages
+from .errors import from_rpc_error
+from .v1 import injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc
+
+DEFAULT_TARGET = "localhost:50051"
+
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class InjectResult:
+    """The folded conversation and the report of what was injected, or why not."""
+
+    messages: list[MessageDict]
+    report: injection_pb2.InjectionReport
+    response: injection_pb2.InjectResponse
+
+    @property
+    def injected(self) -> bool:
+        return self.report.injected
+
+
+@dataclass(frozen=True)
+class _Call(Generic[Result]):
+    service: str
+    method: str
+    request: Any
+    read: Callable[[Any], Result]
+
+
+def _inject_result(response: injection_pb2.InjectResponse) -> InjectResult:
+    return InjectResult(from_proto_messages(response.messages), response.report, response)
+
+
+class _calls:
+    """Each RPC as data: the stub, the request, and how to read the response."""
+
+    @staticmethod
+    def inject(messages: Iterable[Mapping[str, Any]], **options: Any) -> _Call[InjectResult]:
+        if "scope" in options:
+            options["scope_"] = options.pop("scope")
+        return _Call("injection", "Inject", _requests.inject(messages, **options), _inject_result)
+
+    @staticmethod
+    def create_store(name: str, description: str, dimension: int) -> _Call[memory_pb2.Store]:
+        store = memory_pb2.Store(name=name, description=description, dimension=dimension)
+        return _Call("memory", "CreateStore", memory_pb2.CreateStoreRequest(store=store), lambda r: r.store)
+
+    @staticmethod
+    def list_stores(page_token: str) -> _Call[memory_pb2.ListStoresResponse]:
+        return _Call("memory", "ListStores", memory_pb2.ListStoresRequest(page_token=page_token), lambda r: r)
+
+    @staticmethod
+    def delete_store(name: str, force: bool) -> _Call[int]:
+        request = memory_pb2.DeleteStoreRequest(name=name, force=force)
+        return _Call("memory", "DeleteStore", request, lambda r: r.deleted_memory_count)
+
+    @staticmethod
+    def add_memories(store: str, memories: Iterable[MemoryLike]) -> _Call[list[memory_pb2.Memory]]:
+        request = memory_pb2.AddMemoriesRequest(store=store, memories=[_requests.new_memory(m) for m in memories])
+        return _Call("memory", "AddMemories", request, lambda r: list(r.memories))
+
+    @staticmethod
+    def search_memories(query: str, scope: ScopeLike, **options: Any) -> _Call[list[memory_pb2.ScoredMemory]]:
+        request = _requests.search(query, scope_=scope, **options)
+        return _Call("memory", "SearchMemories", request, lambda r: list(r.results))
+
+    @staticmethod
+    def get_memory(memory_id: str) -> _Call[memory_pb2.Memory]:
+        return _Call("memory", "GetMemory", memory_pb2.GetMemoryRequest(id=memory_id), lambda r: r.memory)
+
+    @staticmethod
+    def list_memories(
+        store: str, scope: ScopeLike, page_size: int, page_token: str
+    ) -> _Call[memory_pb2.ListMemoriesResponse]:
+        request = memory_pb2.ListMemoriesRequest(
+            store=store, scope=_requests.scope(scope), page_size=page_size, page_token=page_token
+        )
+        return _Call("memory", "ListMemories", request, lambda r: r)
+
+    @staticmethod
+    def delete_memories(ids: Sequence[str], allow_missing: bool) -> _Call[int]:
+        request = memory_pb2.DeleteMemoriesRequest(ids=list(ids), allow_missing=allow_missing)
+        return _Call("memory", "DeleteMemories", request, lambda r: r.deleted_count)
+
+
+class Client:
+    """A blocking client. Use as a context manager, or call `close()`.
+
+    `timeout` is the default deadline, in seconds, for every call.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self._channel = channel or (
+            grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+        )
+        self._stubs = {
+            "injection": injection_pb2_grpc.InjectionServiceStub(self._channel),
+            "memory": memory_pb2_grpc.MemoryServiceStub(self._channel),
+        }
+        self.timeout = timeout
+
+    def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
+        method = getattr(self._stubs[call.service], call.method)
+        try:
+            return call.read(method(call.request, timeout=timeout or self.timeout))
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    def inject(self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any):
+        """Fold memory into `messages`. Options: trigger, stores, max_entries, query, query_vector,
+        scope, min_score, app_state, agent."""
+        return self._run(_calls.inject(messages, **options), timeout)
+
+    def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:
+        return self._run(_calls.create_store(name, description, dimension))
+
+    def list_stores(self) -> Iterator[memory_pb2.Store]:
+        token = ""
+        while True:
+            page = self._run(_calls.list_stores(token))
+            yield from page.stores
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_store(self, name: str, *, force: bool = False) -> int:
+        return self._run(_calls.delete_store(name, force))
+
+    def add_memories(self, store: str, memories: Iterable[MemoryLike]) -> list[memory_pb2.Memory]:
+        return self._run(_calls.add_memories(store, memories))
+
+    def search_memories(self, query: str = "", *, scope: ScopeLike = None, **options: Any):
+        """Options: stores, max_results, min_score, query_vector."""
+        return self._run(_calls.search_memories(query, scope, **options))
+
+    def get_memory(self, memory_id: str) -> memory_pb2.Memory:
+        return self._run(_calls.get_memory(memory_id))
+
+    def list_memories(self, store: str, *, scope: ScopeLike = None, page_size: int = 0) -> Iterator[memory_pb2.Memory]:
+        token = ""
+        while True:
+            page = self._run(_calls.list_memories(store, scope, page_size, token))
+            yield from page.memories
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
+        return self._run(_calls.delete_memories(ids, allow_missing))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """The asyncio client: the same calls as `Client`, awaited."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        self._channel = channel or (
+            grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
+        )
+        self._stubs = {
+            "injection": injection_pb2_grpc.InjectionServiceStub(self._channel),
+            "memory": memory_pb2_grpc.MemoryServiceStub(self._channel),
+        }
+        self.timeout = timeout
+
+    async def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
+        method = getattr(self._stubs[call.service], call.method)
+        try:
+            return call.read(await method(call.request, timeout=timeout or self.timeout))
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def inject(self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any):
+        return await self._run(_calls.inject(messages, **options), timeout)
+
+    async def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:
+        return await self._run(_calls.create_store(name, description, dimension))
+
+    async def list_stores(self) -> AsyncIterator[memory_pb2.Store]:
+        token = ""
+        while True:
+            page = await self._run(_calls.list_stores(token))
+            for store in page.stores:
+                yield store
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def delete_store(self, name: str, *, force: bool = False) -> int:
+        return await self._run(_calls.delete_store(name, force))
+
+    async def add_memories(self, store: str, memories: Iterable[MemoryLike]) -> list[memory_pb2.Memory]:
+        return await self._run(_calls.add_memories(store, memories))
+
+    async def search_memories(self, query: str = "", *, scope: ScopeLike = None, **options: Any):
+        return await self._run(_calls.search_memories(query, scope, **options))
+
+    async def get_memory(self, memory_id: str) -> memory_pb2.Memory:
+        return await self._run(_calls.get_memory(memory_id))
+
+    async def list_memories(
+        self, store: str, *, scope: ScopeLike = None, page_size: int = 0
+    ) -> AsyncIterator[memory_pb2.Memory]:
+        token = ""
+        while True:
+            page = await self._run(_calls.list_memories(store, scope, page_size, token))
+            for memory in page.memories:
+                yield memory
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
+        return await self._run(_calls.delete_memories(ids, allow_missing))
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,108 @@
+"""Errors from the service, as exceptions that carry the status and its details.
+
+One place maps every gRPC status to an exception class, so callers can catch
+`NotFound` or `InvalidArgument` rather than compare codes, and read which
+field was wrong from `field_violations`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from ._rpc_status import decode_details
+
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class ContextfoldError(Exception):
+    """A call to contextfold failed. `code` is the gRPC status; `details` the decoded `google.rpc` details."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str, *, code: grpc.StatusCode | None = None, details: list | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details or []
+
+    @property
+    def field_violations(self) -> list[tuple[str, str]]:
+        """`(field, description)` for each bad field named by a `BadRequest` detail."""
+        return [
+            (violation.field, violation.description)
+            for detail in self.details
+            if type(detail).__name__ == "BadRequest"
+            for violation in detail.field_violations
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+
+class InvalidArgument(ContextfoldError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(ContextfoldError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(ContextfoldError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(ContextfoldError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PermissionDenied(ContextfoldError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(ContextfoldError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class ResourceExhausted(ContextfoldError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(ContextfoldError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(ContextfoldError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class Internal(ContextfoldError):
+    code = grpc.StatusCode.INTERNAL
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        AlreadyExists,
+        FailedPrecondition,
+        PermissionDenied,
+        Unauthenticated,
+        ResourceExhausted,
+        Unavailable,
+        DeadlineExceeded,
+        Internal,
+    )
+}
+
+
+def from_rpc_error(error: grpc.RpcError) -> ContextfoldError:
+    """The exception for a failed call, with its `google.rpc.Status` details decoded."""
+    code = error.code()
+    details: list = []
+    for key, value in error.trailing_metadata() or ():
+        if key == _STATUS_DETAILS_KEY:
+            details = decode_details(value)
+    cls = _BY_CODE.get(code, ContextfoldError)
+    return cls(error.details() or code.name, code=code, details=details)

@@ -1,0 +1,125 @@
+import datetime
+
+from contextfold.v1 import conversation_pb2 as _conversation_pb2
+from contextfold.v1 import memory_pb2 as _memory_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRIGGER_UNSPECIFIED: _ClassVar[Trigger]
+    TRIGGER_USER_TURN: _ClassVar[Trigger]
+    TRIGGER_EVERY_TURN: _ClassVar[Trigger]
+
+class SkipReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SKIP_REASON_UNSPECIFIED: _ClassVar[SkipReason]
+    SKIP_REASON_NOT_TRIGGERED: _ClassVar[SkipReason]
+    SKIP_REASON_NO_QUERY: _ClassVar[SkipReason]
+    SKIP_REASON_NO_USER_MESSAGE: _ClassVar[SkipReason]
+    SKIP_REASON_NO_ENTRIES: _ClassVar[SkipReason]
+    SKIP_REASON_ALREADY_INJECTED: _ClassVar[SkipReason]
+    SKIP_REASON_EMPTY_TEXT: _ClassVar[SkipReason]
+    SKIP_REASON_FAILED: _ClassVar[SkipReason]
+    SKIP_REASON_DISABLED: _ClassVar[SkipReason]
+TRIGGER_UNSPECIFIED: Trigger
+TRIGGER_USER_TURN: Trigger
+TRIGGER_EVERY_TURN: Trigger
+SKIP_REASON_UNSPECIFIED: SkipReason
+SKIP_REASON_NOT_TRIGGERED: SkipReason
+SKIP_REASON_NO_QUERY: SkipReason
+SKIP_REASON_NO_USER_MESSAGE: SkipReason
+SKIP_REASON_NO_ENTRIES: SkipReason
+SKIP_REASON_ALREADY_INJECTED: SkipReason
+SKIP_REASON_EMPTY_TEXT: SkipReason
+SKIP_REASON_FAILED: SkipReason
+SKIP_REASON_DISABLED: SkipReason
+
+class MemoryOptions(_message.Message):
+    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector")
+    STORES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
+    stores: _containers.RepeatedScalarFieldContainer[str]
+    max_entries: int
+    query: str
+    scope: _memory_pb2.Scope
+    min_score: float
+    query_vector: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Agent(_message.Message):
+    __slots__ = ("id", "name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class InjectRequest(_message.Message):
+    __slots__ = ("messages", "trigger", "memory", "app_state", "agent")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    APP_STATE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    trigger: Trigger
+    memory: MemoryOptions
+    app_state: _struct_pb2.Struct
+    agent: Agent
+    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ...) -> None: ...
+
+class InjectedEntry(_message.Message):
+    __slots__ = ("id", "store", "score")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    store: str
+    score: float
+    def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class InjectionReport(_message.Message):
+    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations")
+    class StageDurationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _duration_pb2.Duration
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    INJECTED_FIELD_NUMBER: _ClassVar[int]
+    SKIP_REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_MESSAGE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STAGE_DURATIONS_FIELD_NUMBER: _ClassVar[int]
+    injected: bool
+    skip_reason: SkipReason
+    detail: str
+    query: str
+    entries: _containers.RepeatedCompositeFieldContainer[InjectedEntry]
+    target_message_index: int
+    stage_durations: _containers.MessageMap[str, _duration_pb2.Duration]
+    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ...) -> None: ...
+
+class InjectResponse(_message.Message):
+    __slots__ = ("messages", "report")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
+    report: InjectionReport
+    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., report: _Optional[_Union[InjectionReport, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""contextfold server: memory context injection for agents, over gRPC."""

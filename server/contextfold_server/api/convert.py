@@ -1,0 +1,228 @@
+"""Translation between the wire (protos) and the domain, with the request checks that go with it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2
+from google.protobuf import json_format, struct_pb2
+
+from ..engine.conversation import InjectedRef, Role, Turn
+from ..engine.injection import DEFAULT_MAX_ENTRIES, MemoryRequest, Outcome, SkipReason
+from ..engine.trigger import Trigger
+from ..errors import FieldViolation, InvalidArgument
+from ..memory.store import MemoryRecord, Scope, StoreRecord
+
+MAX_ENTRIES_LIMIT = 100
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+
+# Store names are shown to the model in the `source` attribute, where they are
+# escaped; any printable text is allowed, so long as it has no edge spaces.
+_STORE_NAME = re.compile(r"(?=\S)[^\x00-\x1f\x7f]{1,63}(?<=\S)")
+_MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+_ROLES = {conversation_pb2.ROLE_USER: Role.USER, conversation_pb2.ROLE_ASSISTANT: Role.ASSISTANT}
+_TRIGGERS = {
+    injection_pb2.TRIGGER_UNSPECIFIED: Trigger.USER_TURN,
+    injection_pb2.TRIGGER_USER_TURN: Trigger.USER_TURN,
+    injection_pb2.TRIGGER_EVERY_TURN: Trigger.EVERY_TURN,
+}
+_SKIP_REASONS = {
+    SkipReason.NOT_TRIGGERED: injection_pb2.SKIP_REASON_NOT_TRIGGERED,
+    SkipReason.NO_QUERY: injection_pb2.SKIP_REASON_NO_QUERY,
+    SkipReason.NO_USER_MESSAGE: injection_pb2.SKIP_REASON_NO_USER_MESSAGE,
+    SkipReason.NO_ENTRIES: injection_pb2.SKIP_REASON_NO_ENTRIES,
+    SkipReason.ALREADY_INJECTED: injection_pb2.SKIP_REASON_ALREADY_INJECTED,
+    SkipReason.EMPTY_TEXT: injection_pb2.SKIP_REASON_EMPTY_TEXT,
+    SkipReason.FAILED: injection_pb2.SKIP_REASON_FAILED,
+    SkipReason.DISABLED: injection_pb2.SKIP_REASON_DISABLED,
+}
+
+
+# Conversation
+
+
+def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Turn]:
+    """The engine's view of the conversation. Rejects what no agent would send."""
+    violations: list[FieldViolation] = []
+    turns: list[Turn] = []
+    for index, message in enumerate(messages):
+        role = _ROLES.get(message.role)
+        if role is None:
+            violations.append(FieldViolation(f"messages[{index}].role", "must be ROLE_USER or ROLE_ASSISTANT"))
+            continue
+        texts: list[str] = []
+        injected: list[InjectedRef] = []
+        has_tool_result = False
+        for position, block in enumerate(message.content):
+            kind = block.WhichOneof("block")
+            if kind is None:
+                violations.append(FieldViolation(f"messages[{index}].content[{position}]", "no block kind is set"))
+            elif kind == "text":
+                texts.append(block.text)
+            elif kind == "tool_result":
+                has_tool_result = True
+            elif kind == "injected":
+                injected.append(InjectedRef(block.injected.source, tuple(block.injected.entry_ids)))
+        turns.append(Turn(role, tuple(texts), has_tool_result, tuple(injected)))
+    if violations:
+        raise InvalidArgument(*violations)
+    return turns
+
+
+def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryRequest:
+    options = request.memory
+    trigger = _TRIGGERS.get(request.trigger)
+    if trigger is None:
+        raise InvalidArgument.of("trigger", f"unknown trigger value {request.trigger}")
+    max_entries = options.max_entries if options.HasField("max_entries") else DEFAULT_MAX_ENTRIES
+    if not 0 <= max_entries <= MAX_ENTRIES_LIMIT:
+        raise InvalidArgument.of("memory.max_entries", f"must be from 0 to {MAX_ENTRIES_LIMIT}, got {max_entries}")
+    min_score = check_min_score(options, "memory.min_score")
+    check_vector(options.query_vector, "memory.query_vector")
+    check_store_names(options.stores, "memory.stores")
+    return MemoryRequest(
+        trigger=trigger,
+        max_entries=max_entries,
+        query=options.query,
+        query_vector=tuple(options.query_vector),
+        stores=tuple(dict.fromkeys(options.stores)),
+        min_score=min_score,
+    )
+
+
+def injected_block(source: str, outcome: Outcome) -> conversation_pb2.ContentBlock:
+    assert outcome.fold is not None
+    return conversation_pb2.ContentBlock(
+        injected=conversation_pb2.InjectedBlock(source=source, text=outcome.fold.text, entry_ids=outcome.entry_ids)
+    )
+
+
+def report_to_proto(outcome: Outcome) -> injection_pb2.InjectionReport:
+    report = injection_pb2.InjectionReport(
+        injected=outcome.injected,
+        skip_reason=_SKIP_REASONS.get(outcome.skip_reason, injection_pb2.SKIP_REASON_UNSPECIFIED)
+        if outcome.skip_reason
+        else injection_pb2.SKIP_REASON_UNSPECIFIED,
+        detail=outcome.detail,
+        query=outcome.query,
+        target_message_index=outcome.fold.target_index if outcome.fold else -1,
+        entries=[injection_pb2.InjectedEntry(id=e.id, store=e.store, score=e.score) for e in outcome.entries],
+    )
+    for stage, seconds in outcome.durations.items():
+        report.stage_durations[stage].FromNanoseconds(int(seconds * 1e9))
+    return report
+
+
+# Checks shared by the RPCs
+
+
+def check_store_name(name: str, field: str) -> str:
+    if not _STORE_NAME.fullmatch(name):
+        raise InvalidArgument.of(
+            field,
+            "must be 1 to 63 printable characters, not starting or ending with a space"
+            + (f", got {name!r}" if name else ", got nothing"),
+        )
+    return name
+
+
+def check_store_names(names: Sequence[str], field: str) -> None:
+    for index, name in enumerate(names):
+        check_store_name(name, f"{field}[{index}]")
+
+
+def check_memory_id(memory_id: str, field: str) -> str:
+    if not _MEMORY_ID.fullmatch(memory_id):
+        raise InvalidArgument.of(field, "must be 1 to 128 printable ASCII characters without spaces")
+    return memory_id
+
+
+def check_vector(vector: Sequence[float], field: str) -> None:
+    if vector and not all(math.isfinite(value) for value in vector):
+        raise InvalidArgument.of(field, "must hold finite numbers only")
+    if vector and not any(vector):
+        raise InvalidArgument.of(field, "must not be all zeros: it has no direction to compare")
+
+
+def check_min_score(message, field: str) -> float | None:
+    if not message.HasField("min_score"):
+        return None
+    if not -1.0 <= message.min_score <= 1.0:
+        raise InvalidArgument.of(field, f"must be from -1 to 1, got {message.min_score}")
+    return message.min_score
+
+
+def scope_from_proto(scope: memory_pb2.Scope) -> Scope:
+    return Scope(user_id=scope.user_id, agent_id=scope.agent_id, session_id=scope.session_id)
+
+
+def struct_to_dict(value: struct_pb2.Struct) -> dict[str, Any]:
+    return json_format.MessageToDict(value)
+
+
+# Resources
+
+
+def store_to_proto(record: StoreRecord) -> memory_pb2.Store:
+    store = memory_pb2.Store(
+        name=record.name,
+        description=record.description,
+        dimension=record.dimension,
+        memory_count=record.memory_count,
+    )
+    store.create_time.FromDatetime(record.create_time)
+    return store
+
+
+def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
+    memory = memory_pb2.Memory(
+        id=record.id,
+        store=record.store,
+        content=record.content,
+        user_id=record.scope.user_id,
+        agent_id=record.scope.agent_id,
+        session_id=record.scope.session_id,
+    )
+    memory.metadata.update(record.metadata)
+    memory.create_time.FromDatetime(record.create_time)
+    return memory
+
+
+# Pagination (AIP-158): a token is bound to the request it came from.
+
+
+def page_size(requested: int, field: str = "page_size") -> int:
+    if requested < 0:
+        raise InvalidArgument.of(field, f"must not be negative, got {requested}")
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def _request_key(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+def encode_page_token(after: Any, *request_parts: str) -> str:
+    payload = json.dumps({"after": after, "key": _request_key(*request_parts)})
+    return base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str, *request_parts: str) -> Any:
+    if not token:
+        return None
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        after, key = payload["after"], payload["key"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise InvalidArgument.of("page_token", "is not a token this service issued") from error
+    if key != _request_key(*request_parts):
+        raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
+    return after

@@ -1,0 +1,1 @@
+"""Memory kept in Postgres with pgvector: schema, the embedded server, the store, and search."""

@@ -1,0 +1,87 @@
+"""Search by meaning: embed the query (unless the caller did), then one ranked query across stores."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..embedding import Embedder
+from ..engine.entries import RetrievedEntry
+from ..engine.injection import SearchQuery, SearchResult
+from ..errors import InvalidArgument, NotFound
+from .store import PostgresMemoryStore, Scope, ScoredRecord
+
+
+@dataclass
+class MemorySearcher:
+    store: PostgresMemoryStore
+    embedder: Embedder
+
+    async def search(
+        self,
+        namespace: str,
+        *,
+        text: str,
+        vector: Sequence[float],
+        stores: Sequence[str],
+        scope: Scope,
+        limit: int,
+        min_score: float | None = None,
+        exclude_ids: Sequence[str] = (),
+        vector_field: str = "query_vector",
+    ) -> tuple[list[ScoredRecord], dict[str, float]]:
+        """Entries most similar to the query across the stores, with the time spent embedding and searching.
+
+        Named stores must exist and match the query's dimension; with no stores
+        named, every store of the query's dimension is searched.
+        """
+        durations: dict[str, float] = {}
+        started = time.perf_counter()
+        # A caller's vector of the wrong length is the caller's field at fault;
+        # the server's own embedding of the wrong length means the store does not fit.
+        mismatch_field = vector_field if vector else "stores"
+        if not vector:
+            (vector,) = await self.embedder.embed([text])
+            durations["embed"] = time.perf_counter() - started
+        known = await self.store.get_stores(namespace, stores)
+        for name in stores:
+            if name not in known:
+                raise NotFound("store", name)
+            if known[name].dimension != len(vector):
+                raise InvalidArgument.of(
+                    mismatch_field,
+                    f"the query vector has {len(vector)} dimensions; store {name!r} has {known[name].dimension}",
+                )
+        searched = [name for name, record in known.items() if record.dimension == len(vector)]
+        searching = time.perf_counter()
+        results = (
+            await self.store.search(namespace, vector, searched, scope, limit, min_score, exclude_ids)
+            if searched
+            else []
+        )
+        durations["search"] = time.perf_counter() - searching
+        return results, durations
+
+    def port(self, namespace: str, scope: Scope):
+        """The engine's `MemorySearch` port, bound to one caller's namespace and scope."""
+
+        async def search(query: SearchQuery) -> SearchResult:
+            results, durations = await self.search(
+                namespace,
+                text=query.text,
+                vector=query.vector,
+                stores=query.stores,
+                scope=scope,
+                limit=query.limit,
+                min_score=query.min_score,
+                exclude_ids=sorted(query.exclude_ids),
+                vector_field="memory.query_vector",
+            )
+            entries = [
+                RetrievedEntry(id=r.memory.id, store=r.memory.store, content=r.memory.content, score=r.score)
+                for r in results
+            ]
+            return SearchResult(entries=entries, durations=durations)
+
+        return search

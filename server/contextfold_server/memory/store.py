@@ -1,0 +1,345 @@
+"""Stores and entries in Postgres, searched with pgvector.
+
+Every statement names the caller's namespace: no call reads or changes
+another namespace's rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from .schema import SCHEMA, ensure_vector_index
+
+# Enough candidates per probe that filtered searches stay accurate, and pgvector
+# 0.8's iterative scan keeps probing when a scope filter discards candidates.
+_SEARCH_SETTINGS = "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order"
+
+
+@dataclass(frozen=True)
+class Scope:
+    user_id: str = ""
+    agent_id: str = ""
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class StoreRecord:
+    name: str
+    description: str
+    dimension: int
+    create_time: datetime
+    memory_count: int = 0
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    content: str
+    vector: Sequence[float]
+    id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = Scope()
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    id: str
+    store: str
+    content: str
+    metadata: dict[str, Any]
+    scope: Scope
+    create_time: datetime
+    seq: int
+
+
+@dataclass(frozen=True)
+class ScoredRecord:
+    memory: MemoryRecord
+    score: float
+
+
+_MEMORY_COLUMNS = "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq"
+
+
+def _memory(row: dict[str, Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=row["id"],
+        store=row["store"],
+        content=row["content"],
+        metadata=row["metadata"],
+        scope=Scope(row["user_id"], row["agent_id"], row["session_id"]),
+        create_time=row["create_time"],
+        seq=row["seq"],
+    )
+
+
+def _scope_filter(scope: Scope) -> sql.Composable:
+    clauses = [
+        sql.SQL("{} = {}").format(sql.Identifier(column), sql.Literal(value))
+        for column, value in (
+            ("user_id", scope.user_id),
+            ("agent_id", scope.agent_id),
+            ("session_id", scope.session_id),
+        )
+        if value
+    ]
+    return sql.SQL("").join(sql.SQL(" AND ") + clause for clause in clauses)
+
+
+class PostgresMemoryStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+
+    @classmethod
+    async def open(cls, conninfo: str, min_size: int = 2, max_size: int = 10) -> PostgresMemoryStore:
+        async def configure(conn: psycopg.AsyncConnection) -> None:
+            await register_vector_async(conn)
+            await conn.execute(_SEARCH_SETTINGS)
+            await conn.commit()
+
+        pool = AsyncConnectionPool(
+            conninfo, min_size=min_size, max_size=max_size, configure=configure, open=False, timeout=2.0
+        )
+        await pool.open(wait=True, timeout=30.0)
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    def _connection(self):
+        return _Connection(self._pool)
+
+    # Stores
+
+    async def create_store(self, namespace: str, name: str, description: str, dimension: int) -> StoreRecord:
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                f"INSERT INTO {SCHEMA}.stores (namespace, name, description, dimension) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT DO NOTHING RETURNING name, description, dimension, create_time",
+                (namespace, name, description, dimension),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise AlreadyExists("store", name)
+            await ensure_vector_index(conn, dimension)
+            return StoreRecord(**row)
+
+    async def list_stores(self, namespace: str, after: str, limit: int) -> list[StoreRecord]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT s.name, s.description, s.dimension, s.create_time,"
+                f" (SELECT count(*) FROM {SCHEMA}.memories m WHERE m.namespace = s.namespace AND m.store = s.name)"
+                f" AS memory_count FROM {SCHEMA}.stores s WHERE s.namespace = %s AND s.name > %s"
+                " ORDER BY s.name LIMIT %s",
+                (namespace, after, limit),
+            )
+            return [StoreRecord(**row) for row in await cursor.fetchall()]
+
+    async def get_stores(self, namespace: str, names: Sequence[str]) -> dict[str, StoreRecord]:
+        """The named stores that exist; every store of the namespace when `names` is empty."""
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT name, description, dimension, create_time FROM {SCHEMA}.stores"
+                " WHERE namespace = %s AND (cardinality(%s::text[]) = 0 OR name = ANY(%s::text[]))",
+                (namespace, list(names), list(names)),
+            )
+            return {row["name"]: StoreRecord(**row) for row in await cursor.fetchall()}
+
+    async def delete_store(self, namespace: str, name: str, force: bool) -> int:
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                f"SELECT (SELECT count(*) FROM {SCHEMA}.memories WHERE namespace = %s AND store = %s) AS n"
+                f" FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s FOR UPDATE",
+                (namespace, name, namespace, name),
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise NotFound("store", name)
+            if row["n"] and not force:
+                raise FailedPrecondition(
+                    f"store {name!r} holds {row['n']} entries; set force to delete it and its entries"
+                )
+            await conn.execute(f"DELETE FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s", (namespace, name))
+            return int(row["n"])
+
+    # Entries
+
+    async def add_memories(self, namespace: str, store: str, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        """Add a batch, all or nothing. An id that already holds the same entry is returned as stored."""
+        rows = [
+            (
+                namespace,
+                memory.id or str(uuid.uuid4()),
+                store,
+                memory.content,
+                Jsonb(memory.metadata),
+                memory.scope.user_id,
+                memory.scope.agent_id,
+                memory.scope.session_id,
+                len(memory.vector),
+                np.asarray(memory.vector, dtype=np.float32),
+            )
+            for memory in memories
+        ]
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                f"SELECT dimension FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s FOR SHARE",
+                (namespace, store),
+            )
+            found = await cursor.fetchone()
+            if found is None:
+                raise NotFound("store", store)
+            for index, row in enumerate(rows):
+                if row[8] != found["dimension"]:
+                    raise InvalidArgument.of(
+                        f"memories[{index}].vector",
+                        f"has {row[8]} dimensions; store {store!r} has {found['dimension']}",
+                    )
+            async with conn.cursor() as insert:
+                await insert.executemany(
+                    f"INSERT INTO {SCHEMA}.memories (namespace, id, store, content, metadata, user_id, agent_id,"
+                    " session_id, dimension, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (namespace, id) DO NOTHING",
+                    rows,
+                )
+            ids = [row[1] for row in rows]
+            cursor = await conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s)",
+                (namespace, ids),
+            )
+            stored = {row["id"]: _memory(row) for row in await cursor.fetchall()}
+            for index, (memory, row_id) in enumerate(zip(memories, ids, strict=True)):
+                existing = stored[row_id]
+                if (existing.store, existing.content, existing.metadata, existing.scope) != (
+                    store,
+                    memory.content,
+                    memory.metadata,
+                    memory.scope,
+                ):
+                    raise AlreadyExists(
+                        "memory",
+                        row_id,
+                        f"memories[{index}].id: memory {row_id!r} already exists with different contents",
+                    )
+            return [stored[row_id] for row_id in ids]
+
+    async def search(
+        self,
+        namespace: str,
+        vector: Sequence[float],
+        stores: Sequence[str],
+        scope: Scope,
+        limit: int,
+        min_score: float | None = None,
+        exclude_ids: Sequence[str] = (),
+    ) -> list[ScoredRecord]:
+        """The `limit` entries nearest to `vector` across `stores`, most similar first."""
+        dimension = len(vector)
+        distance = sql.SQL("(embedding::vector({dim})) <=> %(vector)s").format(dim=sql.Literal(dimension))
+        query = sql.SQL(
+            # Iterative index scans may return near-ties slightly out of order;
+            # the outer sort restores exact order over the few candidates.
+            "WITH candidates AS MATERIALIZED ("
+            " SELECT {columns}, {distance} AS distance FROM {table}"
+            " WHERE namespace = %(namespace)s AND dimension = {dim} AND store = ANY(%(stores)s)"
+            " AND NOT (id = ANY(%(exclude)s)){scope}"
+            " ORDER BY distance LIMIT %(limit)s"
+            ") SELECT * FROM candidates WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s"
+            " ORDER BY distance"
+        ).format(
+            columns=sql.SQL(_MEMORY_COLUMNS),
+            distance=distance,
+            table=sql.Identifier(SCHEMA, "memories"),
+            dim=sql.Literal(dimension),
+            scope=_scope_filter(scope),
+        )
+        params = {
+            "namespace": namespace,
+            "vector": np.asarray(vector, dtype=np.float32),
+            "stores": list(stores),
+            "exclude": list(exclude_ids),
+            "limit": limit,
+            "max_distance": None if min_score is None else 1.0 - min_score,
+        }
+        async with self._connection() as conn:
+            cursor = await conn.execute(query, params)
+            return [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in await cursor.fetchall()]
+
+    async def get_memory(self, namespace: str, memory_id: str) -> MemoryRecord:
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = %s",
+                (namespace, memory_id),
+            )
+            row = await cursor.fetchone()
+        if row is None:
+            raise NotFound("memory", memory_id)
+        return _memory(row)
+
+    async def list_memories(
+        self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int
+    ) -> list[MemoryRecord]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT 1 FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s", (namespace, store)
+            )
+            if await cursor.fetchone() is None:
+                raise NotFound("store", store)
+            cursor = await conn.execute(
+                sql.SQL(
+                    "SELECT {columns} FROM {table} WHERE namespace = %s AND store = %s AND seq > %s{scope}"
+                    " ORDER BY seq LIMIT %s"
+                ).format(
+                    columns=sql.SQL(_MEMORY_COLUMNS),
+                    table=sql.Identifier(SCHEMA, "memories"),
+                    scope=_scope_filter(scope),
+                ),
+                (namespace, store, after_seq, limit),
+            )
+            return [_memory(row) for row in await cursor.fetchall()]
+
+    async def delete_memories(self, namespace: str, ids: Sequence[str], allow_missing: bool) -> int:
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                f"DELETE FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s) RETURNING id",
+                (namespace, list(ids)),
+            )
+            deleted = {row["id"] for row in await cursor.fetchall()}
+            missing = [memory_id for memory_id in ids if memory_id not in deleted]
+            if missing and not allow_missing:
+                # Raising rolls the transaction back: a failed delete deletes nothing.
+                raise NotFound("memory", missing[0], f"memories do not exist: {', '.join(map(repr, missing))}")
+            return len(deleted)
+
+
+class _Connection:
+    """A pooled connection yielding dict rows; database failures become UNAVAILABLE."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._context = pool.connection()
+
+    async def __aenter__(self) -> psycopg.AsyncConnection:
+        try:
+            conn = await self._context.__aenter__()
+        except (psycopg.OperationalError, psycopg.errors.Error, TimeoutError) as error:
+            raise Unavailable(f"database unavailable: {error}") from error
+        conn.row_factory = dict_row
+        return conn
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        await self._context.__aexit__(exc_type, exc, tb)
+        if isinstance(exc, psycopg.OperationalError):
+            raise Unavailable(f"database unavailable: {exc}") from exc
+        return False

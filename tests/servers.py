@@ -1,0 +1,96 @@
+"""Real processes the tests run: the contextfold server, and Postgres from the embedded package."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+READY = re.compile(r"serving on [^:]+:(\d+)")
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen
+    address: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, as an orchestrator would; the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_server(
+    log_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120.0
+) -> ServerProcess:
+    """Start `contextfold serve` on a free loopback port and wait until health says SERVING."""
+    log = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "contextfold_server", "--host", "127.0.0.1", "--port", "0", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = READY.search(log_path.read_text(errors="replace"))
+        if match:
+            address = f"127.0.0.1:{match.group(1)}"
+            wait_serving(address, deadline - time.monotonic())
+            return ServerProcess(process, address, log_path)
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}")
+
+
+def wait_serving(address: str, timeout: float) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = stub.Check(health_pb2.HealthCheckRequest(), timeout=max(timeout, 1.0), wait_for_ready=True)
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+class Postgres:
+    """A Postgres with pgvector of the tests' own, which a test may stop."""
+
+    def __init__(self, data_dir: Path) -> None:
+        import pgserver
+
+        self._server = pgserver.get_server(data_dir, cleanup_mode="delete")
+        self.url = self._server.get_uri()
+
+    def kill(self) -> None:
+        """Stop the server at once, dropping every connection (a fast shutdown)."""
+        pid = self._server.get_pid()
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("postgres did not stop")
+
+    def cleanup(self) -> None:
+        self._server.cleanup()

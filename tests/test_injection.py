@@ -1,0 +1,221 @@
+"""`Inject` beyond the reference: cross-store ranking, dedup across turns, scopes, and the options."""
+
+from __future__ import annotations
+
+import pytest
+from contextfold import Client, InvalidArgument
+from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
+
+from .conftest import assistant, user
+
+
+def test_results_are_ranked_across_stores_by_similarity_not_store_order(client: Client, make_store) -> None:
+    first = make_store("weak")
+    second = make_store("strong")
+    client.add_memories(first, ["The office plants are watered on Mondays", "Quarterly reports are due in March"])
+    client.add_memories(second, ["User's favourite programming language is Rust"])
+
+    result = client.inject([user("Which programming language do I like best?")], stores=[first, second])
+
+    stores = [entry.store for entry in result.report.entries]
+    assert stores[0] == second, "the best match leads even though its store was named second"
+    scores = [entry.score for entry in result.report.entries]
+    assert scores == sorted(scores, reverse=True)
+    text = result.messages[0]["content"][-1]["injected"]["text"]
+    assert text.startswith(
+        f'\n\n<memory>\n<entry source="{second}">User\'s favourite programming language is Rust</entry>\n'
+    )
+
+
+def test_max_entries_caps_the_block_and_defaults_to_five(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, [f"Fact number {n} about the user's garden" for n in range(8)])
+    conversation = [user("Tell me about my garden")]
+
+    assert len(client.inject(conversation, stores=[store]).report.entries) == 5
+    assert len(client.inject(conversation, stores=[store], max_entries=2).report.entries) == 2
+    disabled = client.inject(conversation, stores=[store], max_entries=0)
+    assert not disabled.injected
+    assert disabled.report.skip_reason == injection_pb2.SKIP_REASON_DISABLED
+    assert disabled.messages == conversation
+
+
+def test_over_turns_no_entry_is_injected_twice_and_each_turn_gets_at_most_one_block(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, [f"The user's cat is called {name}" for name in ("Miso", "Tofu", "Natto", "Udon")])
+    conversation: list[dict] = []
+    results = []
+    for turn in range(3):
+        conversation.append(user(f"Remind me about my cats, part {turn}"))
+        result = client.inject(conversation, stores=[store], max_entries=2)
+        results.append(result)
+        conversation = [*result.messages]
+        blocks = [block for block in conversation[-1]["content"] if "injected" in block]
+        assert len(blocks) == (1 if result.injected else 0)
+        conversation.append(assistant("Noted."))
+
+    seen = [entry.id for result in results for entry in result.report.entries]
+    assert [result.injected for result in results] == [True, True, False]
+    assert len(seen) == 4 and len(set(seen)) == 4, "two new cats per turn until none are left"
+    assert results[2].report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+    # A retried call for a turn that already carries its block adds nothing.
+    retried = client.inject(results[0].messages, stores=[store], max_entries=2)
+    assert retried.report.skip_reason == injection_pb2.SKIP_REASON_ALREADY_INJECTED
+    assert retried.messages == results[0].messages
+
+
+def test_an_entry_comes_back_once_the_agent_drops_its_block(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, ["The user's dog is called Biscuit"])
+    first = client.inject([user("What is my dog called?")], stores=[store])
+    assert first.injected
+
+    kept = [*first.messages, assistant("Biscuit."), user("And my dog's name again?")]
+    assert client.inject(kept, stores=[store]).report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+
+    dropped = [user("What is my dog called?"), assistant("Biscuit."), user("And my dog's name again?")]
+    again = client.inject(dropped, stores=[store])
+    assert again.injected
+    assert [entry.id for entry in again.report.entries] == [entry.id for entry in first.report.entries]
+
+
+def test_injected_text_never_feeds_the_adaptive_query(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, ["The user's bicycle is red"])
+    first = client.inject([user("What colour is my bicycle?")], stores=[store])
+    # An every-turn call on a tool-result turn searches with the latest assistant text;
+    # the user message above holds the injected block, which must not leak in.
+    conversation = [
+        *first.messages,
+        {
+            "role": "assistant",
+            "content": [
+                {"text": "  Checking the garage.  "},
+                {"toolUse": {"toolUseId": "a", "name": "garage", "input": {}}},
+            ],
+        },
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "a", "content": [{"text": "ok"}]}}]},
+    ]
+    result = client.inject(conversation, stores=[store], trigger="every_turn")
+    assert result.report.query == "Checking the garage."
+    only_user = client.inject([*first.messages], stores=[store], trigger="every_turn")
+    assert only_user.report.skip_reason == injection_pb2.SKIP_REASON_ALREADY_INJECTED
+
+
+def test_scope_limits_injection_to_the_matching_user(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(
+        store,
+        [
+            {"content": "Alice is allergic to peanuts", "user_id": "alice"},
+            {"content": "Bob is allergic to shellfish", "user_id": "bob"},
+        ],
+    )
+    result = client.inject([user("What am I allergic to?")], stores=[store], scope={"user_id": "alice"})
+    text = result.messages[0]["content"][-1]["injected"]["text"]
+    assert "Alice" in text and "Bob" not in text
+    nobody = client.inject([user("What am I allergic to?")], stores=[store], scope={"user_id": "carol"})
+    assert nobody.report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+    assert nobody.messages == [user("What am I allergic to?")]
+
+
+def test_explicit_query_min_score_and_caller_vector(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, ["The user's passport expires in 2031", "The user enjoys jazz"])
+    conversation = [user("hello")]
+
+    explicit = client.inject(conversation, stores=[store], query="When does my passport expire?", max_entries=1)
+    assert explicit.report.query == "When does my passport expire?"
+    assert "passport" in explicit.messages[0]["content"][-1]["injected"]["text"]
+
+    strict = client.inject(conversation, stores=[store], query="passport expiry date", min_score=0.99)
+    assert strict.report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+
+    (match,) = client.search_memories("passport", stores=[store], max_results=1)
+    vector = client.search_memories("When does my passport expire?", stores=[store], max_results=1)
+    assert vector[0].memory.id == match.memory.id
+
+
+def test_every_block_and_message_not_folded_into_comes_back_byte_identical(server, client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, ["The user writes poetry"])
+    request = injection_pb2.InjectRequest(
+        messages=[
+            conversation_pb2.Message(
+                role=conversation_pb2.ROLE_ASSISTANT,
+                content=[
+                    conversation_pb2.ContentBlock(raw_json='{"cachePoint": {"type": "default"},   "x": [1, 2.50]}'),
+                    conversation_pb2.ContentBlock(
+                        tool_use=conversation_pb2.ToolUseBlock(tool_use_id="u", name="n", input_json='{ "b":1,"a":2 }')
+                    ),
+                    conversation_pb2.ContentBlock(reasoning=conversation_pb2.ReasoningBlock(text="hmm", signature="s")),
+                ],
+                metadata_json='{"z": 1, "a": 2}',
+            ),
+            conversation_pb2.Message(
+                role=conversation_pb2.ROLE_USER,
+                content=[
+                    conversation_pb2.ContentBlock(
+                        document=conversation_pb2.DocumentBlock(format="pdf", name="d", data=b"\x00\xff")
+                    ),
+                    conversation_pb2.ContentBlock(text="Write me a poem"),
+                ],
+                metadata_json='{"k":"v"}',
+            ),
+        ],
+        memory=injection_pb2.MemoryOptions(stores=[store]),
+    )
+    import grpc
+
+    with grpc.insecure_channel(server.address) as channel:
+        response = injection_pb2_grpc.InjectionServiceStub(channel).Inject(request, timeout=30)
+
+    assert response.report.injected
+    assert response.messages[0].SerializeToString() == request.messages[0].SerializeToString()
+    target = response.messages[1]
+    assert target.metadata_json == '{"k":"v"}'
+    assert [block.SerializeToString() for block in target.content[:2]] == [
+        block.SerializeToString() for block in request.messages[1].content
+    ]
+    assert target.content[2].WhichOneof("block") == "injected"
+    assert target.content[2].injected.source == "memory"
+
+
+@pytest.mark.parametrize(
+    ("messages", "options", "field"),
+    [
+        ([{"role": "user", "content": [{"text": "x"}]}], {"max_entries": -1}, "memory.max_entries"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"max_entries": 101}, "memory.max_entries"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"min_score": 1.5}, "memory.min_score"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"query_vector": [float("nan")]}, "memory.query_vector"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"stores": [" padded "]}, "memory.stores[0]"),
+    ],
+)
+def test_bad_inject_requests_name_the_field(client: Client, messages, options, field) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        client.inject(messages, **options)
+    assert [violation[0] for violation in raised.value.field_violations] == [field]
+
+
+def test_a_message_without_a_role_or_an_empty_block_is_invalid(server) -> None:
+    import grpc
+
+    request = injection_pb2.InjectRequest(
+        messages=[
+            conversation_pb2.Message(content=[conversation_pb2.ContentBlock(text="hi")]),
+            conversation_pb2.Message(role=conversation_pb2.ROLE_USER, content=[conversation_pb2.ContentBlock()]),
+        ]
+    )
+    with grpc.insecure_channel(server.address) as channel, pytest.raises(grpc.RpcError) as raised:
+        injection_pb2_grpc.InjectionServiceStub(channel).Inject(request, timeout=30)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "messages[0].role" in raised.value.details()
+    assert "messages[1].content[0]" in raised.value.details()
+
+
+def test_a_missing_store_skips_injection_with_the_reason(client: Client) -> None:
+    conversation = [user("anything")]
+    result = client.inject(conversation, stores=["no-such-store"])
+    assert result.messages == conversation
+    assert result.report.skip_reason == injection_pb2.SKIP_REASON_FAILED
+    assert "no-such-store" in result.report.detail

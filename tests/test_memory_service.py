@@ -1,0 +1,170 @@
+"""`MemoryService`: stores, entries, idempotent adds, dimensions, scopes, pagination and bad input."""
+
+from __future__ import annotations
+
+import pytest
+from contextfold import AlreadyExists, Client, FailedPrecondition, InvalidArgument, NotFound
+
+from .conftest import unique
+
+
+def test_store_lifecycle(client: Client, make_store) -> None:
+    name = make_store(description="what the user likes")
+    listed = {store.name: store for store in client.list_stores()}
+    assert listed[name].dimension == 384
+    assert listed[name].description == "what the user likes"
+
+    with pytest.raises(AlreadyExists):
+        client.create_store(name)
+
+    client.add_memories(name, ["one entry"])
+    with pytest.raises(FailedPrecondition):
+        client.delete_store(name)
+    assert [m.content for m in client.list_memories(name)] == ["one entry"], "a refused delete deletes nothing"
+    assert client.delete_store(name, force=True) == 1
+    assert name not in {store.name for store in client.list_stores()}
+    with pytest.raises(NotFound):
+        client.delete_store(name)
+
+
+def test_a_retried_add_with_the_same_ids_is_idempotent(client: Client, make_store) -> None:
+    store = make_store()
+    batch = [
+        {"id": "pref-1", "content": "Likes tea", "metadata": {"confidence": 0.9}},
+        {"id": "pref-2", "content": "Hates coffee"},
+    ]
+    first = client.add_memories(store, batch)
+    second = client.add_memories(store, batch)
+
+    assert [(m.id, m.content, m.create_time) for m in first] == [(m.id, m.content, m.create_time) for m in second]
+    assert [m.id for m in client.list_memories(store)] == ["pref-1", "pref-2"]
+    assert dict(client.get_memory("pref-1").metadata) == {"confidence": 0.9}
+
+
+def test_an_add_that_conflicts_changes_nothing(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, [{"id": "fixed", "content": "original"}])
+    with pytest.raises(AlreadyExists) as raised:
+        client.add_memories(store, [{"id": "fresh", "content": "new"}, {"id": "fixed", "content": "changed"}])
+    assert "memories[1].id" in raised.value.message
+    assert [m.content for m in client.list_memories(store)] == ["original"], "the batch is all or nothing"
+
+
+def test_vectors_must_match_the_store_dimension(client: Client, make_store) -> None:
+    store = make_store(dimension=3)
+    added = client.add_memories(store, [{"content": "three dims", "vector": [0.1, 0.2, 0.3]}])
+    with pytest.raises(InvalidArgument) as wrong_length:
+        client.add_memories(store, [{"content": "two dims", "vector": [0.1, 0.2]}])
+    assert wrong_length.value.field_violations == [("memories[0].vector", f"has 2 dimensions; store {store!r} has 3")]
+    with pytest.raises(InvalidArgument) as needs_vector:
+        client.add_memories(store, ["the server embeds at 384 dimensions"])
+    assert needs_vector.value.field_violations[0][0] == "memories[0].vector"
+    with pytest.raises(InvalidArgument) as wrong_query:
+        client.search_memories(query_vector=[1.0, 0.0], stores=[store])
+    assert wrong_query.value.field_violations[0][0] == "query_vector"
+
+    (hit,) = client.search_memories(query_vector=[0.1, 0.2, 0.3], stores=[store])
+    assert hit.memory.id == added[0].id and hit.score == pytest.approx(1.0, abs=1e-5)
+    assert [m.content for m in client.list_memories(store)] == ["three dims"]
+
+
+def test_search_ranks_by_meaning_and_respects_scope(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(
+        store,
+        [
+            {"content": "Alice's flight to Lisbon leaves at 9am", "user_id": "alice", "session_id": "s1"},
+            {"content": "Alice loves sardines", "user_id": "alice", "session_id": "s2"},
+            {"content": "Bob's flight to Oslo leaves at noon", "user_id": "bob"},
+        ],
+    )
+    everyone = client.search_memories("When does my flight leave?", stores=[store], max_results=3)
+    assert "flight" in everyone[0].memory.content and "flight" in everyone[1].memory.content
+
+    alice = client.search_memories("When does my flight leave?", stores=[store], scope={"user_id": "alice"})
+    assert [r.memory.user_id for r in alice] == ["alice", "alice"]
+    session = client.search_memories("flight", stores=[store], scope={"user_id": "alice", "session_id": "s2"})
+    assert [r.memory.content for r in session] == ["Alice loves sardines"]
+    assert [m.content for m in client.list_memories(store, scope={"user_id": "bob"})] == [
+        "Bob's flight to Oslo leaves at noon"
+    ]
+
+
+def test_list_memories_pages_in_insertion_order(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, [f"entry {n:02d}" for n in range(7)])
+    assert [m.content for m in client.list_memories(store, page_size=3)] == [f"entry {n:02d}" for n in range(7)]
+
+
+def test_a_page_token_only_fits_its_own_request(server, make_store) -> None:
+    import grpc
+    from contextfold.v1 import memory_pb2, memory_pb2_grpc
+
+    store = make_store()
+    other = make_store()
+    with Client(server.address) as cf:
+        cf.add_memories(store, ["a", "b", "c"])
+    with grpc.insecure_channel(server.address) as channel:
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        page = stub.ListMemories(memory_pb2.ListMemoriesRequest(store=store, page_size=2))
+        assert page.next_page_token
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.ListMemories(memory_pb2.ListMemoriesRequest(store=other, page_token=page.next_page_token))
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "page_token" in raised.value.details()
+
+
+def test_delete_memories_is_all_or_nothing_unless_missing_is_allowed(client: Client, make_store) -> None:
+    store = make_store()
+    kept = client.add_memories(store, ["keep me"])[0]
+    with pytest.raises(NotFound):
+        client.delete_memories([kept.id, "not-there"])
+    assert client.get_memory(kept.id).content == "keep me"
+    assert client.delete_memories([kept.id, "not-there"], allow_missing=True) == 1
+    with pytest.raises(NotFound) as raised:
+        client.get_memory(kept.id)
+    assert raised.value.details[0].resource_name == kept.id
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda cf, s: cf.create_store(""), "store.name"),
+        (lambda cf, s: cf.create_store("x" * 64), "store.name"),
+        (lambda cf, s: cf.create_store(unique("d"), dimension=4000), "store.dimension"),
+        (lambda cf, s: cf.add_memories(s, []), "memories"),
+        (lambda cf, s: cf.add_memories(s, ["  "]), "memories[0].content"),
+        (lambda cf, s: cf.add_memories(s, [{"content": "x", "id": "has space"}]), "memories[0].id"),
+        (
+            lambda cf, s: cf.add_memories(s, [{"content": "x", "id": "a"}, {"content": "y", "id": "a"}]),
+            "memories[1].id",
+        ),
+        (lambda cf, s: cf.add_memories(s, [{"content": "x", "vector": [0.0, 0.0, 0.0]}]), "memories[0].vector"),
+        (lambda cf, s: cf.search_memories("  "), "query"),
+        (lambda cf, s: cf.search_memories("q", max_results=1000), "max_results"),
+        (lambda cf, s: cf.search_memories("q", min_score=-2.0), "min_score"),
+        (lambda cf, s: list(cf.list_memories(s, page_size=-1)), "page_size"),
+        (lambda cf, s: cf.get_memory(""), "id"),
+        (lambda cf, s: cf.delete_memories([]), "ids"),
+    ],
+)
+def test_bad_input_is_invalid_argument_naming_the_field_and_changes_nothing(
+    client: Client, make_store, call, field
+) -> None:
+    store = make_store()
+    client.add_memories(store, ["untouched"])
+    with pytest.raises(InvalidArgument) as raised:
+        call(client, store)
+    assert raised.value.field_violations[0][0] == field
+    assert [m.content for m in client.list_memories(store)] == ["untouched"]
+
+
+def test_unknown_names_are_not_found(client: Client) -> None:
+    with pytest.raises(NotFound):
+        client.add_memories("no-such-store", ["x"])
+    with pytest.raises(NotFound):
+        client.search_memories("x", stores=["no-such-store"])
+    with pytest.raises(NotFound):
+        list(client.list_memories("no-such-store"))
+    with pytest.raises(NotFound):
+        client.get_memory("no-such-id")

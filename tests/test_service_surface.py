@@ -1,0 +1,49 @@
+"""What every deployment relies on: health, reflection, graceful stop, and data that survives a restart."""
+
+from __future__ import annotations
+
+import grpc
+from contextfold import Client
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from .conftest import user
+from .servers import start_server
+
+
+def test_health_reports_serving_for_the_server_and_each_service(server) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "contextfold.v1.InjectionService", "contextfold.v1.MemoryService"):
+            assert (
+                stub.Check(health_pb2.HealthCheckRequest(service=service)).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
+
+
+def test_reflection_lists_the_services(server) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        (response,) = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = {service.name for service in response.list_services_response.service}
+    assert {"contextfold.v1.InjectionService", "contextfold.v1.MemoryService", "grpc.health.v1.Health"} <= names
+
+
+def test_the_embedded_database_survives_a_restart_and_migrations_rerun_cleanly(tmp_path) -> None:
+    data_dir = tmp_path / "pgdata"
+    first = start_server(tmp_path / "first.log", "--data-dir", str(data_dir))
+    try:
+        with Client(first.address) as cf:
+            cf.create_store("kept")
+            cf.add_memories("kept", [{"id": "k1", "content": "The user's boat is called Tern"}])
+    finally:
+        assert first.stop() == 0, first.log()
+
+    second = start_server(tmp_path / "second.log", "--data-dir", str(data_dir))
+    try:
+        with Client(second.address) as cf:
+            assert cf.get_memory("k1").content == "The user's boat is called Tern"
+            result = cf.inject([user("What is my boat called?")], stores=["kept"])
+            assert result.report.entries[0].id == "k1"
+    finally:
+        assert second.stop() == 0, second.log()
