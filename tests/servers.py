@@ -41,10 +41,10 @@ class ServerProcess:
 def start_server(
     log_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120.0
 ) -> ServerProcess:
-    """Start `contextfold serve` on a free loopback port and wait until health says SERVING."""
+    """Start `contextfold serve`, as `make run` does, on a free loopback port; wait until health says SERVING."""
     log = log_path.open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "contextfold_server", "--host", "127.0.0.1", "--port", "0", *args],
+        [sys.executable, "-m", "contextfold.cli", "serve", "--host", "127.0.0.1", "--port", "0", *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},

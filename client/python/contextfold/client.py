@@ -132,7 +132,9 @@ class Client:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-    def inject(self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any):
+    def inject(
+        self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
+    ) -> InjectResult:
         """Fold memory into `messages`. Options: trigger, stores, max_entries, query, query_vector,
         scope, min_score, app_state, agent."""
         return self._run(_calls.inject(messages, **options), timeout)
@@ -155,7 +157,9 @@ class Client:
     def add_memories(self, store: str, memories: Iterable[MemoryLike]) -> list[memory_pb2.Memory]:
         return self._run(_calls.add_memories(store, memories))
 
-    def search_memories(self, query: str = "", *, scope: ScopeLike = None, **options: Any):
+    def search_memories(
+        self, query: str = "", *, scope: ScopeLike = None, **options: Any
+    ) -> list[memory_pb2.ScoredMemory]:
         """Options: stores, max_results, min_score, query_vector."""
         return self._run(_calls.search_memories(query, scope, **options))
 
@@ -211,7 +215,9 @@ class AsyncClient:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
-    async def inject(self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any):
+    async def inject(
+        self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
+    ) -> InjectResult:
         return await self._run(_calls.inject(messages, **options), timeout)
 
     async def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:
@@ -233,7 +239,9 @@ class AsyncClient:
     async def add_memories(self, store: str, memories: Iterable[MemoryLike]) -> list[memory_pb2.Memory]:
         return await self._run(_calls.add_memories(store, memories))
 
-    async def search_memories(self, query: str = "", *, scope: ScopeLike = None, **options: Any):
+    async def search_memories(
+        self, query: str = "", *, scope: ScopeLike = None, **options: Any
+    ) -> list[memory_pb2.ScoredMemory]:
         return await self._run(_calls.search_memories(query, scope, **options))
 
     async def get_memory(self, memory_id: str) -> memory_pb2.Memory:

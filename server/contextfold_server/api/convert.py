@@ -17,7 +17,7 @@ from ..engine.conversation import InjectedRef, Role, Turn
 from ..engine.injection import DEFAULT_MAX_ENTRIES, MemoryRequest, Outcome, SkipReason
 from ..engine.trigger import Trigger
 from ..errors import FieldViolation, InvalidArgument
-from ..memory.store import MemoryRecord, Scope, StoreRecord
+from ..memory.store import MemoryRecord, Scope, StoreRecord, is_memory_id
 
 MAX_ENTRIES_LIMIT = 100
 DEFAULT_PAGE_SIZE = 50
@@ -26,7 +26,7 @@ MAX_PAGE_SIZE = 1000
 # Store names are shown to the model in the `source` attribute, where they are
 # escaped; any printable text is allowed, so long as it has no edge spaces.
 _STORE_NAME = re.compile(r"(?=\S)[^\x00-\x1f\x7f]{1,63}(?<=\S)")
-_MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
+_SCOPE_VALUE = re.compile(r"[^\x00-\x1f\x7f]{0,128}")
 
 _ROLES = {conversation_pb2.ROLE_USER: Role.USER, conversation_pb2.ROLE_ASSISTANT: Role.ASSISTANT}
 _TRIGGERS = {
@@ -140,7 +140,7 @@ def check_store_names(names: Sequence[str], field: str) -> None:
 
 
 def check_memory_id(memory_id: str, field: str) -> str:
-    if not _MEMORY_ID.fullmatch(memory_id):
+    if not is_memory_id(memory_id):
         raise InvalidArgument.of(field, "must be 1 to 128 printable ASCII characters without spaces")
     return memory_id
 
@@ -160,7 +160,13 @@ def check_min_score(message, field: str) -> float | None:
     return message.min_score
 
 
-def scope_from_proto(scope: memory_pb2.Scope) -> Scope:
+def scope_from_proto(scope: memory_pb2.Scope | memory_pb2.Memory, field: str) -> Scope:
+    """The scope of a request, or of an entry to add; `field` is where it sits in the request."""
+    for name in ("user_id", "agent_id", "session_id"):
+        if not _SCOPE_VALUE.fullmatch(getattr(scope, name)):
+            raise InvalidArgument.of(
+                f"{field}.{name}", "must be at most 128 characters, none of them control characters"
+            )
     return Scope(user_id=scope.user_id, agent_id=scope.agent_id, session_id=scope.session_id)
 
 

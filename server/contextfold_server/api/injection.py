@@ -26,7 +26,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         # these checks, nothing fails the call: injection fails open.
         turns = turns_from_messages(request.messages)
         memory_request = memory_request_from_proto(request)
-        search = self._searcher.port(caller_namespace(context), scope_from_proto(request.memory.scope))
+        search = self._searcher.port(caller_namespace(context), scope_from_proto(request.memory.scope, "memory.scope"))
         outcome = await inject_memory(turns, memory_request, search)
 
         # The response starts as the request's own messages: only the fold target gains a block.

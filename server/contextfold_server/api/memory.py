@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
+from google.protobuf import json_format
 
 from ..embedding import Embedder
 from ..errors import FieldViolation, InvalidArgument, NotFound
@@ -80,9 +81,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 vector=vector,
                 id=memory.id,
                 metadata=struct_to_dict(memory.metadata),
-                scope=scope_from_proto(memory),
+                scope=scope_from_proto(memory, f"memories[{index}]"),
             )
-            for memory, vector in zip(request.memories, vectors, strict=True)
+            for index, (memory, vector) in enumerate(zip(request.memories, vectors, strict=True))
         ]
         records = await self._store.add_memories(caller_namespace(context), request.store, new)
         return memory_pb2.AddMemoriesResponse(memories=[memory_to_proto(r) for r in records])
@@ -94,6 +95,14 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         for index, memory in enumerate(memories):
             if not memory.content.strip():
                 violations.append(FieldViolation(f"memories[{index}].content", "must not be blank"))
+            elif "\x00" in memory.content:
+                violations.append(FieldViolation(f"memories[{index}].content", "must not contain NUL characters"))
+            if "\\u0000" in json_format.MessageToJson(memory.metadata):
+                violations.append(FieldViolation(f"memories[{index}].metadata", "must not contain NUL characters"))
+            try:
+                scope_from_proto(memory, f"memories[{index}]")
+            except InvalidArgument as error:
+                violations.extend(error.violations)
             if memory.id:
                 try:
                     check_memory_id(memory.id, f"memories[{index}].id")
@@ -140,7 +149,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             text=request.query,
             vector=request.query_vector,
             stores=list(dict.fromkeys(request.stores)),
-            scope=scope_from_proto(request.scope),
+            scope=scope_from_proto(request.scope, "scope"),
             limit=request.max_results or 5,
             min_score=check_min_score(request, "min_score"),
         )
@@ -158,7 +167,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def ListMemories(self, request: memory_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext):
         check_store_name(request.store, "store")
         limit = page_size(request.page_size)
-        scope = scope_from_proto(request.scope)
+        scope = scope_from_proto(request.scope, "scope")
         key = (request.store, scope.user_id, scope.agent_id, scope.session_id)
         after = decode_page_token(request.page_token, *key) or 0
         records = await self._store.list_memories(

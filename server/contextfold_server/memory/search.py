@@ -10,7 +10,7 @@ from ..embedding import Embedder
 from ..engine.entries import RetrievedEntry
 from ..engine.injection import SearchQuery, SearchResult
 from ..errors import InvalidArgument, NotFound
-from .store import PostgresMemoryStore, Scope, ScoredRecord
+from .store import PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
 
 
 @dataclass
@@ -75,7 +75,8 @@ class MemorySearcher:
                 scope=scope,
                 limit=query.limit,
                 min_score=query.min_score,
-                exclude_ids=sorted(query.exclude_ids),
+                # Ids a conversation claims that no entry could have cannot match anything.
+                exclude_ids=sorted(filter(is_memory_id, query.exclude_ids)),
                 vector_field="memory.query_vector",
             )
             entries = [

@@ -6,6 +6,7 @@ another namespace's rows.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,14 @@ class MemoryRecord:
 class ScoredRecord:
     memory: MemoryRecord
     score: float
+
+
+_MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def is_memory_id(value: str) -> bool:
+    """Ids are 1 to 128 printable ASCII characters without spaces."""
+    return bool(_MEMORY_ID.fullmatch(value))
 
 
 _MEMORY_COLUMNS = "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq"
@@ -194,18 +203,13 @@ class PostgresMemoryStore:
             for memory in memories
         ]
         async with self._connection() as conn, conn.transaction():
-            cursor = await conn.execute(
-                f"SELECT dimension FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s FOR SHARE",
-                (namespace, store),
-            )
-            found = await cursor.fetchone()
-            if found is None:
-                raise NotFound("store", store)
-            for index, row in enumerate(rows):
-                if row[8] != found["dimension"]:
+            # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
+            dimension = await _store_dimension(conn, namespace, store, lock="FOR SHARE")
+            for index, memory in enumerate(memories):
+                if len(memory.vector) != dimension:
                     raise InvalidArgument.of(
                         f"memories[{index}].vector",
-                        f"has {row[8]} dimensions; store {store!r} has {found['dimension']}",
+                        f"has {len(memory.vector)} dimensions; store {store!r} has {dimension}",
                     )
             async with conn.cursor() as insert:
                 await insert.executemany(
@@ -292,11 +296,7 @@ class PostgresMemoryStore:
         self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int
     ) -> list[MemoryRecord]:
         async with self._connection() as conn:
-            cursor = await conn.execute(
-                f"SELECT 1 FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s", (namespace, store)
-            )
-            if await cursor.fetchone() is None:
-                raise NotFound("store", store)
+            await _store_dimension(conn, namespace, store)
             cursor = await conn.execute(
                 sql.SQL(
                     "SELECT {columns} FROM {table} WHERE namespace = %s AND store = %s AND seq > %s{scope}"
@@ -322,6 +322,17 @@ class PostgresMemoryStore:
                 # Raising rolls the transaction back: a failed delete deletes nothing.
                 raise NotFound("memory", missing[0], f"memories do not exist: {', '.join(map(repr, missing))}")
             return len(deleted)
+
+
+async def _store_dimension(conn: psycopg.AsyncConnection, namespace: str, store: str, lock: str = "") -> int:
+    """The store's dimension; NOT_FOUND when it does not exist."""
+    cursor = await conn.execute(
+        f"SELECT dimension FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s {lock}", (namespace, store)
+    )
+    row = await cursor.fetchone()
+    if row is None:
+        raise NotFound("store", store)
+    return row["dimension"]
 
 
 class _Connection:
