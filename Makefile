@@ -8,7 +8,7 @@ PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
 SERVER_READY := $(VENV)/.server-installed
 DEV_READY := $(VENV)/.dev-installed
 
-.PHONY: install run test proto lint format clean
+.PHONY: install run test proto lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ run: $(SERVER_READY)
 ## test: the whole suite against real servers, Postgres and the model.
 test: $(DEV_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## bench: time Inject's fan-out (memory and two 100 ms providers) against a real server.
+bench: $(DEV_READY)
+	$(BIN)/python -m bench.fanout
 
 ## proto: regenerate the checked-in stubs from protos/.
 proto: $(DEV_READY)

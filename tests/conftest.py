@@ -9,15 +9,13 @@ from collections.abc import Callable, Iterator
 import pytest
 from contextfold import Client, NotFound
 
-from .servers import ServerProcess, start_server
+from .servers import ServerProcess, serving
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("server")
-    process = start_server(root / "server.log", "--data-dir", str(root / "pgdata"))
-    yield process
-    assert process.stop() == 0, process.log()
+    with serving(tmp_path_factory.mktemp("server")) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")

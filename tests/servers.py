@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,16 @@ def start_server(
         time.sleep(0.2)
     process.kill()
     raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}")
+
+
+@contextlib.contextmanager
+def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
+    """A server with its own embedded Postgres under `root`, stopped (and checked to exit 0) after use."""
+    process = start_server(root / "server.log", "--data-dir", str(root / "pgdata"), *args)
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()
 
 
 def wait_serving(address: str, timeout: float) -> None:

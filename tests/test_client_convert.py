@@ -24,6 +24,7 @@ CONVERSATION = [
             {"image": {"format": "png", "source": {"s3Location": {"uri": "s3://bucket/key"}}}},
             {"toolUse": {"toolUseId": "u", "name": "n", "input": {}, "extra": True}},
             {"injected": {"source": "memory", "text": "\n\n<memory/>", "entryIds": ["m1"]}},
+            {"injected": {"source": "coalesced", "text": "\n\n<a/>", "entryIds": [], "sources": ["a", "b"]}},
         ],
     },
 ]
@@ -38,13 +39,13 @@ def test_blocks_are_typed_when_exact_and_raw_json_otherwise() -> None:
     assert kinds == [
         ["text", "image"],
         ["reasoning", "tool_use"],
-        ["tool_result", "document", "raw_json", "raw_json", "raw_json", "injected"],
+        ["tool_result", "document", "raw_json", "raw_json", "raw_json", "injected", "injected"],
     ]
 
 
 def test_the_model_sees_injected_blocks_as_text() -> None:
     rendered = render_for_model(CONVERSATION)
-    assert rendered[2]["content"][-1] == {"text": "\n\n<memory/>"}
+    assert rendered[2]["content"][-2:] == [{"text": "\n\n<memory/>"}, {"text": "\n\n<a/>"}]
     assert rendered[:2] == CONVERSATION[:2]
 
 

@@ -6,9 +6,10 @@ import asyncio
 
 from contextfold_server.engine.conversation import InjectedRef, Role, Turn, injected_entry_ids, is_user_turn
 from contextfold_server.engine.entries import RetrievedEntry, rank_across_stores
-from contextfold_server.engine.fold import fold_into_last_user_message
+from contextfold_server.engine.fold import fold_target, separated, shows_text
 from contextfold_server.engine.format import escape_xml_attr, escape_xml_text, format_memory_block
-from contextfold_server.engine.injection import MemoryRequest, SearchQuery, SearchResult, SkipReason, inject_memory
+from contextfold_server.engine.injection import InjectionRequest, ProviderSpec, inject
+from contextfold_server.engine.memory import MemoryRequest, SearchQuery, SearchResult, SkipReason
 from contextfold_server.engine.query import adaptive_query
 from contextfold_server.engine.trigger import Trigger, should_inject
 
@@ -50,11 +51,14 @@ def test_the_fold_targets_the_latest_user_message_with_the_separator_only_after_
         Turn(USER, (), has_tool_result=True),
         Turn(ASSISTANT, ()),
     ]
-    fold = fold_into_last_user_message(conversation, "<memory>x</memory>")
-    assert (fold.target_index, fold.text) == (2, "<memory>x</memory>")
-    assert fold_into_last_user_message([Turn(USER, ("",))], "x").text == "\n\nx"
-    assert fold_into_last_user_message([Turn(USER, ("a",))], "\nx").text == "\nx"
-    assert fold_into_last_user_message([Turn(ASSISTANT, ("a",))], "x") is None
+    assert fold_target(conversation) == 2
+    assert not shows_text(conversation[2])
+    assert shows_text(Turn(USER, ("",)))
+    assert shows_text(Turn(USER, (), injected=(InjectedRef("clock", ()),)))
+    assert separated("x", follows_text=True) == "\n\nx"
+    assert separated("\nx", follows_text=True) == "\nx"
+    assert separated("x", follows_text=False) == "x"
+    assert fold_target([Turn(ASSISTANT, ("a",))]) == -1
 
 
 def test_ranking_is_by_score_across_stores_stable_on_ties() -> None:
@@ -71,14 +75,22 @@ def test_only_the_source_own_blocks_count_as_already_injected() -> None:
     assert injected_entry_ids(turns, "memory") == {"m1"}
 
 
+async def no_providers(spec: ProviderSpec, timeout: float) -> str:
+    raise AssertionError("no provider is registered")
+
+
+def run(turns, search, request: InjectionRequest | None = None, provide=no_providers):
+    return asyncio.run(inject(turns, request or InjectionRequest(), search, provide, lambda text: len(text.split())))
+
+
 def test_a_failing_search_skips_with_the_reason_and_no_fold() -> None:
     async def broken(query: SearchQuery) -> SearchResult:
         raise ConnectionError("store offline")
 
-    outcome = asyncio.run(inject_memory([Turn(USER, ("q",))], MemoryRequest(), broken))
-    assert outcome.fold is None
-    assert outcome.skip_reason is SkipReason.FAILED
-    assert outcome.detail == "ConnectionError: store offline"
+    outcome = run([Turn(USER, ("q",))], broken)
+    assert outcome.blocks == []
+    assert outcome.memory.skip_reason is SkipReason.FAILED
+    assert outcome.memory.detail == "ConnectionError: store offline"
     assert "total" in outcome.durations
 
 
@@ -94,7 +106,18 @@ def test_the_search_is_asked_to_exclude_what_the_conversation_already_shows() ->
         Turn(ASSISTANT, ("ok",)),
         Turn(USER, ("second",)),
     ]
-    outcome = asyncio.run(inject_memory(turns, MemoryRequest(max_entries=3), search))
+    outcome = run(turns, search, InjectionRequest(memory=MemoryRequest(max_entries=3)))
     assert asked[0].exclude_ids == {"m1"} and asked[0].limit == 3 and asked[0].text == "second"
-    assert outcome.entry_ids == ("m2",), "an entry the search returns anyway is still left out"
-    assert outcome.fold.text == '\n\n<memory>\n<entry source="s">new</entry>\n</memory>'
+    (block,) = outcome.blocks
+    assert block.entry_ids == ("m2",), "an entry the search returns anyway is still left out"
+    assert block.text == '\n\n<memory>\n<entry source="s">new</entry>\n</memory>'
+
+
+def test_a_coalesced_block_counts_for_dedup_of_every_source_it_holds() -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult([RetrievedEntry("m1", "s", "old", 0.9)])
+
+    coalesced = InjectedRef("coalesced", ("m1",), ("memory", "clock"))
+    turns = [Turn(USER, ("first",), injected=(coalesced,)), Turn(ASSISTANT, ("ok",)), Turn(USER, ("again",))]
+    outcome = run(turns, search)
+    assert outcome.memory.skip_reason is SkipReason.NO_ENTRIES

@@ -11,6 +11,7 @@ import asyncio
 import numpy as np
 import psycopg
 import pytest
+from contextfold_server.database import Database
 from contextfold_server.memory.schema import migrate
 from contextfold_server.memory.store import NewMemory, PostgresMemoryStore, Scope
 
@@ -59,7 +60,8 @@ def test_scoped_search_through_the_index_matches_exact_search(postgres: Postgres
         await migrate(postgres.url)
         with psycopg.connect(postgres.url, autocommit=True) as conn:
             conn.execute("ALTER DATABASE postgres SET enable_seqscan = off")
-        store = await PostgresMemoryStore.open(postgres.url)
+        database = await Database.open(postgres.url)
+        store = PostgresMemoryStore(database)
         try:
             await store.create_store("default", "vectors", "", DIMENSION)
             await store.add_memories(
@@ -86,7 +88,7 @@ def test_scoped_search_through_the_index_matches_exact_search(postgres: Postgres
                 for q in queries
             ]
         finally:
-            await store.close()
+            await database.close()
         return found, await index_scans(postgres.url, f"memories_hnsw_{DIMENSION}")
 
     found, scans = asyncio.run(run())

@@ -11,23 +11,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from contextfold.v1 import injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc
+from contextfold.v1 import (
+    injection_pb2,
+    injection_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    provider_pb2,
+    provider_pb2_grpc,
+)
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .api.injection import InjectionServicer
 from .api.memory import MemoryServicer
+from .api.providers import ProviderServicer
+from .database import Database
 from .embedding import Embedder
 from .memory.embedded import default_data_dir, start_embedded_postgres
 from .memory.schema import migrate
 from .memory.search import MemorySearcher
 from .memory.store import PostgresMemoryStore
+from .providers.fanout import ProviderChannels
+from .providers.registry import ProviderDirectory, ProviderRepository
 
 logger = logging.getLogger("contextfold")
 
 SERVICE_NAMES = (
     injection_pb2.DESCRIPTOR.services_by_name["InjectionService"].full_name,
     memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name,
+    provider_pb2.DESCRIPTOR.services_by_name["ProviderService"].full_name,
 )
 
 
@@ -99,13 +111,19 @@ async def serve(config: Config) -> None:
     database_url = config.database_url or await asyncio.to_thread(start_embedded_postgres, config.data_dir)
     embedder_loading = asyncio.create_task(open_embedder(config))
     await migrate(database_url)
-    store = await PostgresMemoryStore.open(database_url)
+    database = await Database.open(database_url)
+    store = PostgresMemoryStore(database)
+    providers = ProviderRepository(database)
+    channels = ProviderChannels()
+    directory = ProviderDirectory(providers, database_url, on_refresh=channels.keep_only)
+    await directory.start()
     embedder = await embedder_loading
     searcher = MemorySearcher(store, embedder)
 
     server = grpc.aio.server()
-    injection_pb2_grpc.add_InjectionServiceServicer_to_server(InjectionServicer(searcher), server)
+    injection_pb2_grpc.add_InjectionServiceServicer_to_server(InjectionServicer(searcher, directory, channels), server)
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(store, embedder, searcher), server)
+    provider_pb2_grpc.add_ProviderServiceServicer_to_server(ProviderServicer(providers, directory), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -124,7 +142,9 @@ async def serve(config: Config) -> None:
     logger.info("stopping | grace_seconds=<%s>", config.grace_seconds)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(config.grace_seconds)
-    await store.close()
+    await directory.close()
+    await channels.close()
+    await database.close()
     await embedder.close()
     logger.info("stopped")
 

@@ -8,7 +8,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from .convert import to_proto_messages
-from .v1 import injection_pb2, memory_pb2
+from .v1 import injection_pb2, memory_pb2, provider_pb2
 
 ScopeLike = memory_pb2.Scope | Mapping[str, str] | None
 MemoryLike = str | Mapping[str, Any] | memory_pb2.Memory
@@ -33,6 +33,12 @@ def struct(value: Mapping[str, Any] | None) -> struct_pb2.Struct | None:
     return converted
 
 
+def trigger_value(name: str) -> int:
+    if name not in _TRIGGERS:
+        raise ValueError(f"unknown trigger {name!r}: expected one of {', '.join(_TRIGGERS)}")
+    return _TRIGGERS[name]
+
+
 def inject(
     messages: Iterable[Mapping[str, Any]],
     *,
@@ -43,13 +49,21 @@ def inject(
     query_vector: Sequence[float] = (),
     scope_: ScopeLike = None,
     min_score: float | None = None,
+    memory_priority: int = 0,
+    memory_max_tokens: int = 0,
+    providers: Sequence[str] = (),
+    max_tokens: int = 0,
+    coalesce: bool = False,
     app_state: Mapping[str, Any] | None = None,
     agent: Mapping[str, str] | None = None,
 ) -> injection_pb2.InjectRequest:
-    if trigger not in _TRIGGERS:
-        raise ValueError(f"unknown trigger {trigger!r}: expected one of {', '.join(_TRIGGERS)}")
     options = injection_pb2.MemoryOptions(
-        stores=list(stores), query=query, query_vector=list(query_vector), scope=scope(scope_)
+        stores=list(stores),
+        query=query,
+        query_vector=list(query_vector),
+        scope=scope(scope_),
+        priority=memory_priority,
+        max_tokens=memory_max_tokens,
     )
     if max_entries is not None:
         options.max_entries = max_entries
@@ -57,8 +71,11 @@ def inject(
         options.min_score = min_score
     return injection_pb2.InjectRequest(
         messages=to_proto_messages(messages),
-        trigger=_TRIGGERS[trigger],
+        trigger=trigger_value(trigger),
         memory=options,
+        providers=list(providers),
+        max_tokens=max_tokens,
+        coalesce=coalesce,
         app_state=struct(app_state),
         agent=injection_pb2.Agent(**agent) if agent else None,
     )
@@ -94,3 +111,24 @@ def search(
     if min_score is not None:
         request.min_score = min_score
     return request
+
+
+def provider(
+    name: str,
+    *,
+    target: str | None = None,
+    trigger: str | None = None,
+    priority: int | None = None,
+    timeout: float | None = None,
+    max_tokens: int | None = None,
+    enabled: bool | None = None,
+) -> provider_pb2.Provider:
+    """A `Provider` with the settings given; those left out stay unset."""
+    message = provider_pb2.Provider(name=name, target=target or "", priority=priority or 0, max_tokens=max_tokens or 0)
+    if trigger is not None:
+        message.trigger = trigger_value(trigger)
+    if timeout is not None:
+        message.timeout.FromNanoseconds(int(timeout * 1e9))
+    if enabled is not None:
+        message.enabled = enabled
+    return message

@@ -84,12 +84,39 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
         _print_json({"deleted_count": cf.delete_memories(args.ids, allow_missing=args.allow_missing)})
 
 
+def _providers(args: argparse.Namespace, cf: Client) -> None:
+    settings = {
+        key: getattr(args, key)
+        for key in ("target", "trigger", "priority", "timeout", "max_tokens", "enabled")
+        if getattr(args, key, None) is not None
+    }
+    if args.action == "register":
+        target = settings.pop("target")
+        _print_json(_proto_json(cf.register_provider(args.name, target, **settings)))
+    elif args.action == "update":
+        _print_json(_proto_json(cf.update_provider(args.name, **settings)))
+    elif args.action == "list":
+        _print_json([_proto_json(provider) for provider in cf.list_providers()])
+    elif args.action == "get":
+        _print_json(_proto_json(cf.get_provider(args.name)))
+    else:
+        cf.delete_provider(args.name)
+        _print_json({"deleted": args.name})
+
+
 def _inject(args: argparse.Namespace, cf: Client) -> None:
     source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     with source:
         document = loads(source.read())
     messages = document["messages"] if isinstance(document, dict) else document
-    options: dict[str, Any] = {"trigger": args.trigger, "stores": args.store, "query": args.query}
+    options: dict[str, Any] = {
+        "trigger": args.trigger,
+        "stores": args.store,
+        "query": args.query,
+        "providers": args.provider,
+        "max_tokens": args.max_tokens,
+        "coalesce": args.coalesce,
+    }
     if args.max_entries is not None:
         options["max_entries"] = args.max_entries
     if args.min_score is not None:
@@ -100,9 +127,12 @@ def _inject(args: argparse.Namespace, cf: Client) -> None:
     summary = (
         f"injected {len(report.entries)} entries into message {report.target_message_index}"
         if report.injected
-        else f"nothing injected: {report.detail}"
+        else f"no memory injected: {report.detail}"
     )
     print(f"{summary} (query: {report.query!r})", file=sys.stderr)
+    for source in report.sources[1:]:
+        outcome = f"{source.tokens} tokens" if source.injected else f"left out: {source.detail}"
+        print(f"provider {source.source}: {outcome}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,13 +177,31 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("ids", nargs="+")
     remove.add_argument("--allow-missing", action="store_true")
 
-    inject = commands.add_parser("inject", help="fold memory into a conversation and print it")
+    providers = commands.add_parser("providers", help="register, list, update and delete context providers")
+    provider_actions = providers.add_subparsers(dest="action", required=True)
+    for action in ("register", "update"):
+        change = provider_actions.add_parser(action)
+        change.add_argument("name")
+        change.add_argument("--target", required=action == "register", help="host:port the service dials")
+        change.add_argument("--trigger", choices=["user_turn", "every_turn"])
+        change.add_argument("--priority", type=int, help="higher comes first and is cut last")
+        change.add_argument("--timeout", type=float, help="seconds to wait for it (default 1)")
+        change.add_argument("--max-tokens", type=int, help="its own token cap; 0 for none")
+        change.add_argument("--enabled", type=lambda v: v.lower() in ("1", "true", "yes"), metavar="true|false")
+    provider_actions.add_parser("list")
+    for action in ("get", "delete"):
+        provider_actions.add_parser(action).add_argument("name")
+
+    inject = commands.add_parser("inject", help="fold memory and provider context into a conversation and print it")
     inject.add_argument("--file", required=True, help="a JSON list of messages (or {'messages': [...]}); - for stdin")
     inject.add_argument("--trigger", choices=["user_turn", "every_turn"], default="user_turn")
     inject.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
-    inject.add_argument("--max-entries", type=int)
+    inject.add_argument("--max-entries", type=int, help="memory entries at most (default 5)")
     inject.add_argument("--min-score", type=float)
     inject.add_argument("--query", default="", help="search for this instead of the adaptive query")
+    inject.add_argument("--provider", action="append", default=[], help="ask only these providers; default: all")
+    inject.add_argument("--max-tokens", type=int, default=0, help="cap on tokens injected in all")
+    inject.add_argument("--coalesce", action="store_true", help="fold one block instead of one per source")
     _add_scope_options(inject)
     return parser
 
@@ -168,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         with Client(args.address, timeout=args.timeout) as cf:
-            {"stores": _stores, "memory": _memory, "inject": _inject}[args.command](args, cf)
+            {"stores": _stores, "memory": _memory, "providers": _providers, "inject": _inject}[args.command](args, cf)
     except ContextfoldError as error:
         print(f"error: {error}", file=sys.stderr)
         for field, description in error.field_violations:

@@ -18,7 +18,7 @@ from . import _requests
 from ._requests import MemoryLike, ScopeLike
 from .convert import MessageDict, from_proto_messages
 from .errors import from_rpc_error
-from .v1 import injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc
+from .v1 import injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc, provider_pb2, provider_pb2_grpc
 
 DEFAULT_TARGET = "localhost:50051"
 
@@ -101,6 +101,31 @@ class _calls:
         request = memory_pb2.DeleteMemoriesRequest(ids=list(ids), allow_missing=allow_missing)
         return _Call("memory", "DeleteMemories", request, lambda r: r.deleted_count)
 
+    @staticmethod
+    def register_provider(name: str, target: str, **settings: Any) -> _Call[provider_pb2.Provider]:
+        request = provider_pb2.RegisterProviderRequest(provider=_requests.provider(name, target=target, **settings))
+        return _Call("providers", "RegisterProvider", request, lambda r: r.provider)
+
+    @staticmethod
+    def get_provider(name: str) -> _Call[provider_pb2.Provider]:
+        return _Call("providers", "GetProvider", provider_pb2.GetProviderRequest(name=name), lambda r: r.provider)
+
+    @staticmethod
+    def list_providers(page_token: str) -> _Call[provider_pb2.ListProvidersResponse]:
+        request = provider_pb2.ListProvidersRequest(page_token=page_token)
+        return _Call("providers", "ListProviders", request, lambda r: r)
+
+    @staticmethod
+    def update_provider(name: str, **changes: Any) -> _Call[provider_pb2.Provider]:
+        request = provider_pb2.UpdateProviderRequest(
+            provider=_requests.provider(name, **changes), update_mask={"paths": sorted(changes)}
+        )
+        return _Call("providers", "UpdateProvider", request, lambda r: r.provider)
+
+    @staticmethod
+    def delete_provider(name: str) -> _Call[None]:
+        return _Call("providers", "DeleteProvider", provider_pb2.DeleteProviderRequest(name=name), lambda r: None)
+
 
 class Client:
     """A blocking client. Use as a context manager, or call `close()`.
@@ -122,6 +147,7 @@ class Client:
         self._stubs = {
             "injection": injection_pb2_grpc.InjectionServiceStub(self._channel),
             "memory": memory_pb2_grpc.MemoryServiceStub(self._channel),
+            "providers": provider_pb2_grpc.ProviderServiceStub(self._channel),
         }
         self.timeout = timeout
 
@@ -178,6 +204,29 @@ class Client:
     def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
         return self._run(_calls.delete_memories(ids, allow_missing))
 
+    def register_provider(self, name: str, target: str, **settings: Any) -> provider_pb2.Provider:
+        """Settings: trigger ("user_turn" or "every_turn"), priority, timeout (seconds), max_tokens, enabled."""
+        return self._run(_calls.register_provider(name, target, **settings))
+
+    def get_provider(self, name: str) -> provider_pb2.Provider:
+        return self._run(_calls.get_provider(name))
+
+    def list_providers(self) -> Iterator[provider_pb2.Provider]:
+        token = ""
+        while True:
+            page = self._run(_calls.list_providers(token))
+            yield from page.providers
+            token = page.next_page_token
+            if not token:
+                return
+
+    def update_provider(self, name: str, **changes: Any) -> provider_pb2.Provider:
+        """Change only the settings given: target, trigger, priority, timeout, max_tokens, enabled."""
+        return self._run(_calls.update_provider(name, **changes))
+
+    def delete_provider(self, name: str) -> None:
+        self._run(_calls.delete_provider(name))
+
     def close(self) -> None:
         self._channel.close()
 
@@ -205,6 +254,7 @@ class AsyncClient:
         self._stubs = {
             "injection": injection_pb2_grpc.InjectionServiceStub(self._channel),
             "memory": memory_pb2_grpc.MemoryServiceStub(self._channel),
+            "providers": provider_pb2_grpc.ProviderServiceStub(self._channel),
         }
         self.timeout = timeout
 
@@ -261,6 +311,28 @@ class AsyncClient:
 
     async def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
         return await self._run(_calls.delete_memories(ids, allow_missing))
+
+    async def register_provider(self, name: str, target: str, **settings: Any) -> provider_pb2.Provider:
+        return await self._run(_calls.register_provider(name, target, **settings))
+
+    async def get_provider(self, name: str) -> provider_pb2.Provider:
+        return await self._run(_calls.get_provider(name))
+
+    async def list_providers(self) -> AsyncIterator[provider_pb2.Provider]:
+        token = ""
+        while True:
+            page = await self._run(_calls.list_providers(token))
+            for provider in page.providers:
+                yield provider
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update_provider(self, name: str, **changes: Any) -> provider_pb2.Provider:
+        return await self._run(_calls.update_provider(name, **changes))
+
+    async def delete_provider(self, name: str) -> None:
+        await self._run(_calls.delete_provider(name))
 
     async def close(self) -> None:
         await self._channel.close()

@@ -87,7 +87,10 @@ def _injected(block: Mapping[str, Any]) -> pb.ContentBlock:
     injected = block["injected"]
     return pb.ContentBlock(
         injected=pb.InjectedBlock(
-            source=injected["source"], text=injected["text"], entry_ids=list(injected.get("entryIds", []))
+            source=injected["source"],
+            text=injected["text"],
+            entry_ids=list(injected.get("entryIds", [])),
+            sources=list(injected.get("sources", [])),
         )
     )
 
@@ -142,7 +145,10 @@ def block_from_proto(block: pb.ContentBlock) -> dict[str, Any]:
         return {"reasoningContent": {"reasoningText": text}}
     if kind == "injected":
         injected = block.injected
-        return {"injected": {"source": injected.source, "text": injected.text, "entryIds": list(injected.entry_ids)}}
+        converted = {"source": injected.source, "text": injected.text, "entryIds": list(injected.entry_ids)}
+        if injected.sources:
+            converted["sources"] = list(injected.sources)
+        return {"injected": converted}
     if kind == "raw_json":
         return loads(block.raw_json)
     raise ValueError("content block has no kind set")

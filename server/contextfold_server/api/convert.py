@@ -14,7 +14,9 @@ from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2
 from google.protobuf import json_format, struct_pb2
 
 from ..engine.conversation import InjectedRef, Role, Turn
-from ..engine.injection import DEFAULT_MAX_ENTRIES, MemoryRequest, Outcome, SkipReason
+from ..engine.injection import InjectionOutcome
+from ..engine.memory import DEFAULT_MAX_ENTRIES, MemoryRequest, SkipReason
+from ..engine.region import PlannedBlock
 from ..engine.trigger import Trigger
 from ..errors import FieldViolation, InvalidArgument
 from ..memory.store import MemoryRecord, Scope, StoreRecord, is_memory_id
@@ -43,6 +45,8 @@ _SKIP_REASONS = {
     SkipReason.EMPTY_TEXT: injection_pb2.SKIP_REASON_EMPTY_TEXT,
     SkipReason.FAILED: injection_pb2.SKIP_REASON_FAILED,
     SkipReason.DISABLED: injection_pb2.SKIP_REASON_DISABLED,
+    SkipReason.TIMEOUT: injection_pb2.SKIP_REASON_TIMEOUT,
+    SkipReason.OVER_BUDGET: injection_pb2.SKIP_REASON_OVER_BUDGET,
 }
 
 
@@ -70,18 +74,35 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
             elif kind == "tool_result":
                 has_tool_result = True
             elif kind == "injected":
-                injected.append(InjectedRef(block.injected.source, tuple(block.injected.entry_ids)))
+                injected.append(
+                    InjectedRef(block.injected.source, tuple(block.injected.entry_ids), tuple(block.injected.sources))
+                )
         turns.append(Turn(role, tuple(texts), has_tool_result, tuple(injected)))
     if violations:
         raise InvalidArgument(*violations)
     return turns
 
 
+def trigger_from_proto(value: int, field: str) -> Trigger:
+    trigger = _TRIGGERS.get(value)
+    if trigger is None:
+        raise InvalidArgument.of(field, f"unknown trigger value {value}")
+    return trigger
+
+
+def trigger_to_proto(trigger: Trigger) -> int:
+    return injection_pb2.TRIGGER_EVERY_TURN if trigger is Trigger.EVERY_TURN else injection_pb2.TRIGGER_USER_TURN
+
+
+def check_max_tokens(value: int, field: str) -> int:
+    if value < 0:
+        raise InvalidArgument.of(field, f"must not be negative, got {value}")
+    return value
+
+
 def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryRequest:
     options = request.memory
-    trigger = _TRIGGERS.get(request.trigger)
-    if trigger is None:
-        raise InvalidArgument.of("trigger", f"unknown trigger value {request.trigger}")
+    trigger = trigger_from_proto(request.trigger, "trigger")
     max_entries = options.max_entries if options.HasField("max_entries") else DEFAULT_MAX_ENTRIES
     if not 0 <= max_entries <= MAX_ENTRIES_LIMIT:
         raise InvalidArgument.of("memory.max_entries", f"must be from 0 to {MAX_ENTRIES_LIMIT}, got {max_entries}")
@@ -95,29 +116,46 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         query_vector=tuple(options.query_vector),
         stores=tuple(dict.fromkeys(options.stores)),
         min_score=min_score,
+        priority=options.priority,
+        max_tokens=check_max_tokens(options.max_tokens, "memory.max_tokens"),
     )
 
 
-def injected_block(source: str, outcome: Outcome) -> conversation_pb2.ContentBlock:
-    assert outcome.fold is not None
+def injected_block(block: PlannedBlock) -> conversation_pb2.ContentBlock:
     return conversation_pb2.ContentBlock(
-        injected=conversation_pb2.InjectedBlock(source=source, text=outcome.fold.text, entry_ids=outcome.entry_ids)
+        injected=conversation_pb2.InjectedBlock(
+            source=block.source, text=block.text, entry_ids=block.entry_ids, sources=block.sources
+        )
     )
 
 
-def report_to_proto(outcome: Outcome) -> injection_pb2.InjectionReport:
+def _skip_reason(reason: SkipReason | None) -> int:
+    return _SKIP_REASONS[reason] if reason else injection_pb2.SKIP_REASON_UNSPECIFIED
+
+
+def report_to_proto(outcome: InjectionOutcome) -> injection_pb2.InjectionReport:
+    memory = outcome.memory
     report = injection_pb2.InjectionReport(
-        injected=outcome.injected,
-        skip_reason=_SKIP_REASONS.get(outcome.skip_reason, injection_pb2.SKIP_REASON_UNSPECIFIED)
-        if outcome.skip_reason
-        else injection_pb2.SKIP_REASON_UNSPECIFIED,
-        detail=outcome.detail,
-        query=outcome.query,
-        target_message_index=outcome.fold.target_index if outcome.fold else -1,
-        entries=[injection_pb2.InjectedEntry(id=e.id, store=e.store, score=e.score) for e in outcome.entries],
+        injected=bool(memory.entries),
+        skip_reason=_skip_reason(memory.skip_reason),
+        detail=memory.detail,
+        query=memory.query,
+        target_message_index=outcome.target_index if outcome.blocks else -1,
+        entries=[injection_pb2.InjectedEntry(id=e.id, store=e.store, score=e.score) for e in memory.entries],
+        total_tokens=outcome.total_tokens,
     )
     for stage, seconds in outcome.durations.items():
         report.stage_durations[stage].FromNanoseconds(int(seconds * 1e9))
+    for source in outcome.sources:
+        entry = report.sources.add(
+            source=source.source,
+            injected=source.injected,
+            skip_reason=_skip_reason(source.skip_reason),
+            detail=source.detail,
+            priority=source.priority,
+            tokens=source.tokens,
+        )
+        entry.duration.FromNanoseconds(int(source.duration * 1e9))
     return report
 
 

@@ -1,43 +1,80 @@
-"""`InjectionService`: memory context injection over the wire."""
+"""`InjectionService`: memory and provider context, folded into the conversation."""
 
 from __future__ import annotations
 
 import logging
 
 import grpc
-from contextfold.v1 import injection_pb2, injection_pb2_grpc
+from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
 
-from ..engine.injection import MEMORY_SOURCE, inject_memory
+from ..engine.injection import InjectionRequest, inject
+from ..errors import InvalidArgument
 from ..memory.search import MemorySearcher
+from ..providers.fanout import ProviderChannels, provider_port
+from ..providers.registry import ProviderDirectory
+from ..tokens import count_tokens
 from .caller import caller_namespace
-from .convert import injected_block, memory_request_from_proto, report_to_proto, scope_from_proto, turns_from_messages
+from .convert import (
+    check_max_tokens,
+    injected_block,
+    memory_request_from_proto,
+    report_to_proto,
+    scope_from_proto,
+    turns_from_messages,
+)
 from .status import reports_errors
 
 logger = logging.getLogger(__name__)
 
 
 class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
-    def __init__(self, searcher: MemorySearcher) -> None:
+    def __init__(self, searcher: MemorySearcher, directory: ProviderDirectory, channels: ProviderChannels) -> None:
         self._searcher = searcher
+        self._directory = directory
+        self._channels = channels
 
     @reports_errors
     async def Inject(self, request: injection_pb2.InjectRequest, context: grpc.aio.ServicerContext):
         # A malformed request is the caller's bug and gets INVALID_ARGUMENT; past
         # these checks, nothing fails the call: injection fails open.
+        namespace = caller_namespace(context)
         turns = turns_from_messages(request.messages)
-        memory_request = memory_request_from_proto(request)
-        search = self._searcher.port(caller_namespace(context), scope_from_proto(request.memory.scope, "memory.scope"))
-        outcome = await inject_memory(turns, memory_request, search)
+        memory = memory_request_from_proto(request)
+        scope = scope_from_proto(request.memory.scope, "memory.scope")
+        max_tokens = check_max_tokens(request.max_tokens, "max_tokens")
+        if len(set(request.providers)) != len(request.providers):
+            raise InvalidArgument.of("providers", "names a provider more than once")
+        providers, unknown = self._directory.select(namespace, request.providers)
 
-        # The response starts as the request's own messages: only the fold target gains a block.
+        provide = provider_port(
+            self._channels,
+            {record.name: record.target for record in providers},
+            provider_pb2.ProvideRequest(messages=request.messages, app_state=request.app_state, agent=request.agent),
+        )
+        outcome = await inject(
+            turns,
+            InjectionRequest(
+                memory=memory,
+                providers=tuple(record.spec() for record in providers),
+                unknown_providers=tuple(unknown),
+                max_tokens=max_tokens,
+                coalesce=request.coalesce,
+                time_left=context.time_remaining(),
+            ),
+            self._searcher.port(namespace, scope),
+            provide,
+            count_tokens,
+        )
+
+        # The response starts as the request's own messages: only the fold target gains blocks.
         response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome))
-        if outcome.fold is not None:
-            response.messages[outcome.fold.target_index].content.append(injected_block(MEMORY_SOURCE, outcome))
+        if outcome.blocks:
+            response.messages[outcome.target_index].content.extend(injected_block(b) for b in outcome.blocks)
         logger.info(
-            "injected=<%s> reason=<%s> entries=<%d> total_ms=<%.1f> | inject",
-            outcome.injected,
-            outcome.skip_reason.value if outcome.skip_reason else "",
-            len(outcome.entries),
+            "blocks=<%s> skipped=<%s> tokens=<%d> total_ms=<%.1f> | inject",
+            ",".join(block.source for block in outcome.blocks),
+            ",".join(f"{s.source}:{s.skip_reason.value}" for s in outcome.sources if s.skip_reason),
+            outcome.total_tokens,
             outcome.durations.get("total", 0.0) * 1000,
         )
         return response

@@ -22,6 +22,11 @@ class InjectedRef:
 
     source: str
     entry_ids: tuple[str, ...]
+    # The sources a coalesced block holds.
+    sources: tuple[str, ...] = ()
+
+    def holds(self, source: str) -> bool:
+        return self.source == source or source in self.sources
 
 
 @dataclass(frozen=True)
@@ -69,5 +74,5 @@ def injected_entry_ids(turns: Sequence[Turn], source: str) -> frozenset[str]:
     history, those entries may be injected again. No ledger is kept anywhere.
     """
     return frozenset(
-        entry_id for turn in turns for ref in turn.injected if ref.source == source for entry_id in ref.entry_ids
+        entry_id for turn in turns for ref in turn.injected if ref.holds(source) for entry_id in ref.entry_ids
     )

@@ -1,34 +1,32 @@
-"""Where the injected text goes, and how it is joined to what is there."""
+"""Where injected text goes, and how it is joined to what is there."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from .conversation import Role, Turn, latest_index
 
 
-@dataclass(frozen=True)
-class Fold:
-    """Append one injected block holding `text` to the message at `target_index`."""
-
-    target_index: int
-    text: str
-
-
-def fold_into_last_user_message(turns: Sequence[Turn], rendered: str) -> Fold | None:
-    """Plan the fold of `rendered` into the most recent user message, or None when there is none.
+def fold_target(turns: Sequence[Turn]) -> int:
+    """The message injected text goes into: the most recent user message, or -1 when there is none.
 
     Folding into the user message, not a message of its own, keeps role
-    alternation valid in chat and in the tool loop. The block is appended: a
+    alternation valid in chat and in the tool loop. Blocks are appended: a
     tool result must stay the first block of the turn that answers a tool use,
-    and a trailing block keeps the conversation's stable prefix cacheable.
-    Some providers join adjacent text blocks, so when the message already has
-    text the injected text starts on a blank line of its own.
+    and trailing blocks keep the conversation's stable prefix cacheable.
     """
-    target_index = latest_index(turns, Role.USER)
-    if target_index < 0:
-        return None
-    has_text = bool(turns[target_index].texts)
-    separator = "\n\n" if has_text and not rendered.startswith("\n") else ""
-    return Fold(target_index=target_index, text=f"{separator}{rendered}")
+    return latest_index(turns, Role.USER)
+
+
+def shows_text(turn: Turn) -> bool:
+    """Whether the model already sees text in this message: its own, or blocks injected before."""
+    return bool(turn.texts or turn.injected)
+
+
+def separated(rendered: str, follows_text: bool) -> str:
+    """`rendered`, on a blank line of its own when it follows text.
+
+    Some providers join adjacent text blocks, which would run injected text
+    onto the user's own words, or onto the block before it.
+    """
+    return f"\n\n{rendered}" if follows_text and not rendered.startswith("\n") else rendered

@@ -1,201 +1,217 @@
-"""Memory context injection: trigger, query, search, rank, format and fold, failing open.
+"""One injection: memory and every triggered provider, all at once, failing open.
 
-`inject_memory` decides what to fold into a conversation and reports why. It
-returns a plan (`Fold`) rather than new messages: the caller applies it, so
-every message and block that is not the fold target stays exactly as sent.
+`inject` asks each source concurrently, each bounded by its own timeout and by
+the caller's deadline, so the call takes about as long as its slowest source.
+Whatever fails leaves only that source out, with the reason. It returns a
+plan of blocks rather than new messages: the caller applies it, so every
+message and block that is not the fold target stays exactly as sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Protocol
 
-from .conversation import Role, Turn, injected_entry_ids, latest_index
-from .entries import RetrievedEntry, rank_across_stores
-from .fold import Fold, fold_into_last_user_message
-from .format import format_memory_block
-from .query import adaptive_query
+from .conversation import Turn
+from .fold import fold_target
+from .memory import MEMORY_SOURCE, MemoryOutcome, MemoryRequest, MemorySearch, SkipReason, retrieve_memory
+from .region import Candidate, PlannedBlock, TokenCounter, plan_region
 from .trigger import Trigger, should_inject
 
 logger = logging.getLogger(__name__)
 
-MEMORY_SOURCE = "memory"
-
-# A store ranks by embedding similarity, which is not the same as usefulness for
-# this turn: five candidates give the model a choice without bloating the prompt.
-DEFAULT_MAX_ENTRIES = 5
-
-
-class SkipReason(Enum):
-    NOT_TRIGGERED = "not_triggered"
-    NO_QUERY = "no_query"
-    NO_USER_MESSAGE = "no_user_message"
-    NO_ENTRIES = "no_entries"
-    ALREADY_INJECTED = "already_injected"
-    EMPTY_TEXT = "empty_text"
-    FAILED = "failed"
-    DISABLED = "disabled"
-
 
 @dataclass(frozen=True)
-class MemoryRequest:
-    """What the caller asked of memory for this injection."""
+class ProviderSpec:
+    """A registered provider, as the engine needs it."""
 
+    name: str
     trigger: Trigger = Trigger.USER_TURN
-    max_entries: int = DEFAULT_MAX_ENTRIES
-    query: str = ""
-    query_vector: tuple[float, ...] = ()
-    stores: tuple[str, ...] = ()
-    min_score: float | None = None
+    priority: int = 0
+    order: int = 0
+    timeout: float = 1.0
+    max_tokens: int = 0
+    enabled: bool = True
+
+
+# The port to providers: ask one for its text, within `timeout` seconds.
+ProvideText = Callable[[ProviderSpec, float], Awaitable[str]]
+
+
+class SourceFailed(Exception):
+    """A source failed for a reason its message already states for people."""
 
 
 @dataclass(frozen=True)
-class SearchQuery:
-    text: str
-    vector: tuple[float, ...]
-    stores: tuple[str, ...]
-    limit: int
-    min_score: float | None
-    exclude_ids: frozenset[str]
+class InjectionRequest:
+    memory: MemoryRequest = field(default_factory=MemoryRequest)
+    providers: tuple[ProviderSpec, ...] = ()
+    # Providers the caller named that are not registered.
+    unknown_providers: tuple[str, ...] = ()
+    max_tokens: int = 0
+    coalesce: bool = False
+    # Seconds left before the caller gives up; None when it set no deadline.
+    time_left: float | None = None
 
 
 @dataclass
-class SearchResult:
-    entries: list[RetrievedEntry]
-    # Sub-stages the search measured itself, e.g. `embed` and `search`.
-    durations: dict[str, float] = field(default_factory=dict)
-
-
-class MemorySearch(Protocol):
-    """The port to memory: returns the entries most similar to the query, best first."""
-
-    async def __call__(self, query: SearchQuery) -> SearchResult: ...
-
-
-@dataclass
-class Outcome:
-    fold: Fold | None = None
+class SourceOutcome:
+    source: str
+    priority: int
+    injected: bool = False
     skip_reason: SkipReason | None = None
     detail: str = ""
-    query: str = ""
-    entries: list[RetrievedEntry] = field(default_factory=list)
-    entry_ids: tuple[str, ...] = ()
+    tokens: int = 0
+    duration: float = 0.0
+
+
+@dataclass
+class InjectionOutcome:
+    target_index: int = -1
+    blocks: list[PlannedBlock] = field(default_factory=list)
+    memory: MemoryOutcome = field(default_factory=MemoryOutcome)
+    sources: list[SourceOutcome] = field(default_factory=list)
+    total_tokens: int = 0
     durations: dict[str, float] = field(default_factory=dict)
 
     @property
-    def injected(self) -> bool:
-        return self.fold is not None
+    def memory_source(self) -> SourceOutcome:
+        return self.sources[0]
 
 
-class _Stages:
-    """Times each stage, in seconds, and the whole run."""
-
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-        self.mark = self.started
-        self.durations: dict[str, float] = {}
-
-    def done(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.durations[stage] = now - self.mark
-        self.mark = now
-
-    def total(self) -> dict[str, float]:
-        self.durations["total"] = time.perf_counter() - self.started
-        return self.durations
+# Time kept back from the caller's deadline to build and send the answer, so a
+# source that runs out the clock still leaves room for a fail-open reply.
+_DEADLINE_RESERVE = 0.02
+_DEADLINE_RESERVE_SHARE = 0.1
 
 
-async def inject_memory(turns: Sequence[Turn], request: MemoryRequest, search: MemorySearch) -> Outcome:
-    """Plan the memory fold for one model call. Never raises: a failure skips, with the reason."""
-    stages = _Stages()
-    outcome = Outcome()
+def answer_budget(time_left: float | None) -> float | None:
+    if time_left is None:
+        return None
+    return max(0.0, time_left - max(_DEADLINE_RESERVE, time_left * _DEADLINE_RESERVE_SHARE))
+
+
+async def inject(
+    turns: Sequence[Turn],
+    request: InjectionRequest,
+    search: MemorySearch,
+    provide: ProvideText,
+    count_tokens: TokenCounter,
+) -> InjectionOutcome:
+    """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out."""
+    started = time.perf_counter()
+    budget = answer_budget(request.time_left)
+    memory_source = SourceOutcome(MEMORY_SOURCE, request.memory.priority)
+    providers = [
+        (spec, SourceOutcome(spec.name, spec.priority))
+        for spec in sorted(request.providers, key=lambda spec: (-spec.priority, spec.order))
+    ]
+    unknown = [
+        SourceOutcome(name, 0, skip_reason=SkipReason.FAILED, detail=f"provider {name!r} is not registered")
+        for name in request.unknown_providers
+    ]
+    outcome = InjectionOutcome(
+        target_index=fold_target(turns), sources=[memory_source, *(source for _, source in providers), *unknown]
+    )
+
     try:
-        _plan(turns, request, outcome, stages)
-        if outcome.skip_reason is None:
-            await _search_and_fold(turns, request, search, outcome, stages)
-    except Exception as error:
-        logger.warning("reason=<%s> | memory injection failed | returning the messages untouched", error)
-        outcome.fold = None
-        outcome.entries = []
-        outcome.entry_ids = ()
-        outcome.skip_reason = SkipReason.FAILED
-        outcome.detail = f"{type(error).__name__}: {error}"
-    outcome.durations = stages.total()
+        calls = [
+            (spec, source, timeout)
+            for spec, source in providers
+            if (timeout := _provider_timeout(turns, spec, source, budget)) is not None
+        ]
+        memory, *texts = await asyncio.gather(
+            _timed(memory_source, started, budget, retrieve_memory(turns, request.memory, search)),
+            *(_timed(source, started, timeout, provide(spec, timeout)) for spec, source, timeout in calls),
+        )
+        outcome.memory = (
+            memory if memory is not None else MemoryOutcome().skip(memory_source.skip_reason, memory_source.detail)
+        )
+        outcome.durations.update(outcome.memory.durations)
+        if outcome.memory.skip_reason is not None:
+            memory_source.skip_reason, memory_source.detail = outcome.memory.skip_reason, outcome.memory.detail
+
+        folding = time.perf_counter()
+        candidates = []
+        if outcome.memory.entries:
+            candidates.append(
+                Candidate(
+                    MEMORY_SOURCE,
+                    request.memory.priority,
+                    -1,
+                    entries=tuple(outcome.memory.entries),
+                    max_tokens=request.memory.max_tokens,
+                )
+            )
+        for (spec, source, _), text in zip(calls, texts, strict=True):
+            if source.skip_reason is not None:
+                continue
+            if not text or not text.strip():
+                source.skip_reason, source.detail = SkipReason.EMPTY_TEXT, "the provider returned no text"
+                continue
+            candidates.append(Candidate(spec.name, spec.priority, spec.order, text=text, max_tokens=spec.max_tokens))
+
+        plan = plan_region(
+            turns, candidates, max_tokens=request.max_tokens, coalesce=request.coalesce, count_tokens=count_tokens
+        )
+        outcome.blocks, outcome.total_tokens = plan.blocks, plan.total_tokens
+        kept = {candidate.source: candidate for candidate in plan.kept}
+        outcome.memory.entries = list(kept[MEMORY_SOURCE].entries) if MEMORY_SOURCE in kept else []
+        for source in outcome.sources:
+            if source.source in kept:
+                source.injected, source.tokens = True, plan.tokens[source.source]
+            elif source.source in plan.dropped:
+                source.skip_reason, source.detail = plan.dropped[source.source]
+        if MEMORY_SOURCE in plan.dropped:
+            outcome.memory.skip_reason, outcome.memory.detail = plan.dropped[MEMORY_SOURCE]
+        outcome.durations["fold"] = time.perf_counter() - folding
+    except Exception as error:  # noqa: BLE001 - fail open: injection must never stop the model call.
+        logger.warning("reason=<%s> | injection failed | returning the messages untouched", error)
+        outcome.blocks, outcome.total_tokens = [], 0
+        outcome.memory.entries = []
+        for source in outcome.sources:
+            source.injected, source.tokens = False, 0
+            source.skip_reason, source.detail = SkipReason.FAILED, f"{type(error).__name__}: {error}"
+        outcome.memory.skip_reason, outcome.memory.detail = SkipReason.FAILED, f"{type(error).__name__}: {error}"
+    outcome.durations["total"] = time.perf_counter() - started
     return outcome
 
 
-def _plan(turns: Sequence[Turn], request: MemoryRequest, outcome: Outcome, stages: _Stages) -> None:
-    """The checks that need no I/O, cheapest first, so a skip costs no search."""
-    if request.max_entries == 0:
-        _skip(outcome, SkipReason.DISABLED, "memory.max_entries is 0")
-        return
-    fired = should_inject(request.trigger, turns)
-    stages.done("trigger")
-    if not fired:
-        _skip(outcome, SkipReason.NOT_TRIGGERED, "the last message is not a fresh user ask")
-        return
-    target_index = latest_index(turns, Role.USER)
-    if target_index < 0:
-        _skip(outcome, SkipReason.NO_USER_MESSAGE, "the conversation has no user message to fold into")
-        return
-    if any(ref.source == MEMORY_SOURCE for ref in turns[target_index].injected):
-        _skip(outcome, SkipReason.ALREADY_INJECTED, f"message {target_index} already carries a memory block")
-        return
-    query = _resolve_query(turns, request)
-    stages.done("query")
-    if query is None:
-        _skip(outcome, SkipReason.NO_QUERY, "no text to search with in the latest relevant message")
-        return
-    outcome.query = query
+def _provider_timeout(
+    turns: Sequence[Turn], spec: ProviderSpec, source: SourceOutcome, budget: float | None
+) -> float | None:
+    """How long to give a provider, or None (with the reason on `source`) when it is not to be asked."""
+    target = fold_target(turns)
+    if not spec.enabled:
+        source.skip_reason, source.detail = SkipReason.DISABLED, "the provider is disabled"
+    elif not should_inject(spec.trigger, turns):
+        source.skip_reason, source.detail = SkipReason.NOT_TRIGGERED, "its trigger did not fire"
+    elif target < 0:
+        source.skip_reason, source.detail = SkipReason.NO_USER_MESSAGE, "the conversation has no user message"
+    elif any(ref.holds(spec.name) for ref in turns[target].injected):
+        source.skip_reason, source.detail = SkipReason.ALREADY_INJECTED, f"message {target} already carries its block"
+    elif budget is not None and budget <= 0:
+        source.skip_reason, source.detail = SkipReason.TIMEOUT, "no time was left before the caller's deadline"
+    else:
+        return spec.timeout if budget is None else min(spec.timeout, budget)
+    return None
 
 
-def _resolve_query(turns: Sequence[Turn], request: MemoryRequest) -> str | None:
-    """The caller's query when given (blank means skip), else none when the caller's
-    vector is the query, else the adaptive query."""
-    if request.query:
-        return request.query if request.query.strip() else None
-    if request.query_vector:
-        return ""
-    return adaptive_query(turns)
-
-
-async def _search_and_fold(
-    turns: Sequence[Turn], request: MemoryRequest, search: MemorySearch, outcome: Outcome, stages: _Stages
-) -> None:
-    # Entries still shown in the conversation are excluded in the search itself,
-    # so the model gets up to max_entries new ones rather than fewer.
-    query = SearchQuery(
-        text=outcome.query,
-        vector=request.query_vector,
-        stores=request.stores,
-        limit=request.max_entries,
-        min_score=request.min_score,
-        exclude_ids=injected_entry_ids(turns, MEMORY_SOURCE),
-    )
-    result = await search(query)
-    stages.done("search")
-    stages.durations.update(result.durations)
-    entries = rank_across_stores(
-        (entry for entry in result.entries if entry.id not in query.exclude_ids), request.max_entries
-    )
-    if not entries:
-        _skip(outcome, SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
-        return
-    rendered = format_memory_block(entries)
-    stages.done("format")
-    if not rendered.strip():
-        _skip(outcome, SkipReason.EMPTY_TEXT, "the rendered text is blank")
-        return
-    outcome.fold = fold_into_last_user_message(turns, rendered)
-    outcome.entries = entries
-    outcome.entry_ids = tuple(entry.id for entry in entries)
-    stages.done("fold")
-
-
-def _skip(outcome: Outcome, reason: SkipReason, detail: str) -> None:
-    outcome.skip_reason = reason
-    outcome.detail = detail
+async def _timed(source: SourceOutcome, started: float, timeout: float | None, work: Awaitable):
+    """Run one source's work within `timeout`; on failure, record why on `source` and return None."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await work
+    except TimeoutError:
+        source.skip_reason = SkipReason.TIMEOUT
+        source.detail = f"no answer within {timeout:.3f}s"
+    except Exception as error:  # noqa: BLE001 - fail open: one source failing leaves only it out.
+        source.skip_reason = SkipReason.FAILED
+        source.detail = str(error) if isinstance(error, SourceFailed) else f"{type(error).__name__}: {error}"
+        logger.warning("source=<%s>, reason=<%s> | source failed | leaving it out", source.source, source.detail)
+    finally:
+        source.duration = time.perf_counter() - started
+    return None

@@ -1,5 +1,7 @@
 """The database schema, migrated forward at start-up.
 
+Postgres holds everything the service keeps, so any replica can serve any call.
+
 Every replica runs the migrations as it starts; an advisory lock makes them run
 once, and each applied version is recorded, so running them again changes
 nothing. Tables live in their own schema so contextfold can share a database.
@@ -45,6 +47,25 @@ MIGRATIONS: list[tuple[int, str]] = [
             CHECK (vector_dims(embedding) = dimension)
         );
         CREATE INDEX memories_by_store ON {SCHEMA}.memories (namespace, store, seq);
+        """,
+    ),
+    (
+        2,
+        f"""
+        CREATE TABLE {SCHEMA}.providers (
+            namespace   text        NOT NULL,
+            name        text        NOT NULL,
+            target      text        NOT NULL,
+            trigger     text        NOT NULL CHECK (trigger IN ('user_turn', 'every_turn')),
+            priority    integer     NOT NULL DEFAULT 0,
+            timeout_ms  integer     NOT NULL CHECK (timeout_ms BETWEEN 1 AND 30000),
+            max_tokens  integer     NOT NULL DEFAULT 0 CHECK (max_tokens >= 0),
+            enabled     boolean     NOT NULL DEFAULT true,
+            seq         bigint      GENERATED ALWAYS AS IDENTITY,
+            create_time timestamptz NOT NULL DEFAULT now(),
+            update_time timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (namespace, name)
+        );
         """,
     ),
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..embedding import Embedder
 from ..engine.entries import RetrievedEntry
-from ..engine.injection import SearchQuery, SearchResult
+from ..engine.memory import SearchQuery, SearchResult
 from ..errors import InvalidArgument, NotFound
 from .store import PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
 

@@ -15,18 +15,12 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector_async
 from psycopg import sql
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
-from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ..database import Database
+from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from .schema import SCHEMA, ensure_vector_index
-
-# Enough candidates per probe that filtered searches stay accurate, and pgvector
-# 0.8's iterative scan keeps probing when a scope filter discards candidates.
-_SEARCH_SETTINGS = "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order"
 
 
 @dataclass(frozen=True)
@@ -108,27 +102,11 @@ def _scope_filter(scope: Scope) -> sql.Composable:
 
 
 class PostgresMemoryStore:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
-        self._pool = pool
-
-    @classmethod
-    async def open(cls, conninfo: str, min_size: int = 2, max_size: int = 10) -> PostgresMemoryStore:
-        async def configure(conn: psycopg.AsyncConnection) -> None:
-            await register_vector_async(conn)
-            await conn.execute(_SEARCH_SETTINGS)
-            await conn.commit()
-
-        pool = AsyncConnectionPool(
-            conninfo, min_size=min_size, max_size=max_size, configure=configure, open=False, timeout=2.0
-        )
-        await pool.open(wait=True, timeout=30.0)
-        return cls(pool)
-
-    async def close(self) -> None:
-        await self._pool.close()
+    def __init__(self, database: Database) -> None:
+        self._database = database
 
     def _connection(self):
-        return _Connection(self._pool)
+        return self._database.connection()
 
     # Stores
 
@@ -333,24 +311,3 @@ async def _store_dimension(conn: psycopg.AsyncConnection, namespace: str, store:
     if row is None:
         raise NotFound("store", store)
     return row["dimension"]
-
-
-class _Connection:
-    """A pooled connection yielding dict rows; database failures become UNAVAILABLE."""
-
-    def __init__(self, pool: AsyncConnectionPool) -> None:
-        self._context = pool.connection()
-
-    async def __aenter__(self) -> psycopg.AsyncConnection:
-        try:
-            conn = await self._context.__aenter__()
-        except (psycopg.OperationalError, psycopg.errors.Error, TimeoutError) as error:
-            raise Unavailable(f"database unavailable: {error}") from error
-        conn.row_factory = dict_row
-        return conn
-
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
-        await self._context.__aexit__(exc_type, exc, tb)
-        if isinstance(exc, psycopg.OperationalError):
-            raise Unavailable(f"database unavailable: {exc}") from exc
-        return False

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!contextfold/v1/conversation.proto\x12\x0e\x63ontextfold.v1\"s\n\x07Message\x12\"\n\x04role\x18\x01 \x01(\x0e\x32\x14.contextfold.v1.Role\x12-\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x1c.contextfold.v1.ContentBlock\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\"\xed\x02\n\x0c\x43ontentBlock\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x30\n\x08tool_use\x18\x02 \x01(\x0b\x32\x1c.contextfold.v1.ToolUseBlockH\x00\x12\x36\n\x0btool_result\x18\x03 \x01(\x0b\x32\x1f.contextfold.v1.ToolResultBlockH\x00\x12+\n\x05image\x18\x04 \x01(\x0b\x32\x1a.contextfold.v1.ImageBlockH\x00\x12\x31\n\x08\x64ocument\x18\x05 \x01(\x0b\x32\x1d.contextfold.v1.DocumentBlockH\x00\x12\x33\n\treasoning\x18\x06 \x01(\x0b\x32\x1e.contextfold.v1.ReasoningBlockH\x00\x12\x31\n\x08injected\x18\x07 \x01(\x0b\x32\x1d.contextfold.v1.InjectedBlockH\x00\x12\x12\n\x08raw_json\x18\x0f \x01(\tH\x00\x42\x07\n\x05\x62lock\"E\n\x0cToolUseBlock\x12\x13\n\x0btool_use_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\"L\n\x0fToolResultBlock\x12\x13\n\x0btool_use_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontent_json\x18\x03 \x01(\t\"*\n\nImageBlock\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\";\n\rDocumentBlock\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"1\n\x0eReasoningBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"@\n\rInjectedBlock\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tentry_ids\x18\x03 \x03(\t*?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!contextfold/v1/conversation.proto\x12\x0e\x63ontextfold.v1\"s\n\x07Message\x12\"\n\x04role\x18\x01 \x01(\x0e\x32\x14.contextfold.v1.Role\x12-\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x1c.contextfold.v1.ContentBlock\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\"\xed\x02\n\x0c\x43ontentBlock\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x30\n\x08tool_use\x18\x02 \x01(\x0b\x32\x1c.contextfold.v1.ToolUseBlockH\x00\x12\x36\n\x0btool_result\x18\x03 \x01(\x0b\x32\x1f.contextfold.v1.ToolResultBlockH\x00\x12+\n\x05image\x18\x04 \x01(\x0b\x32\x1a.contextfold.v1.ImageBlockH\x00\x12\x31\n\x08\x64ocument\x18\x05 \x01(\x0b\x32\x1d.contextfold.v1.DocumentBlockH\x00\x12\x33\n\treasoning\x18\x06 \x01(\x0b\x32\x1e.contextfold.v1.ReasoningBlockH\x00\x12\x31\n\x08injected\x18\x07 \x01(\x0b\x32\x1d.contextfold.v1.InjectedBlockH\x00\x12\x12\n\x08raw_json\x18\x0f \x01(\tH\x00\x42\x07\n\x05\x62lock\"E\n\x0cToolUseBlock\x12\x13\n\x0btool_use_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\"L\n\x0fToolResultBlock\x12\x13\n\x0btool_use_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontent_json\x18\x03 \x01(\t\"*\n\nImageBlock\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\";\n\rDocumentBlock\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"1\n\x0eReasoningBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"Q\n\rInjectedBlock\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tentry_ids\x18\x03 \x03(\t\x12\x0f\n\x07sources\x18\x04 \x03(\t*?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'contextfold.v1.conversation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=909
-  _globals['_ROLE']._serialized_end=972
+  _globals['_ROLE']._serialized_start=926
+  _globals['_ROLE']._serialized_end=989
   _globals['_MESSAGE']._serialized_start=53
   _globals['_MESSAGE']._serialized_end=168
   _globals['_CONTENTBLOCK']._serialized_start=171
@@ -48,5 +48,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REASONINGBLOCK']._serialized_start=792
   _globals['_REASONINGBLOCK']._serialized_end=841
   _globals['_INJECTEDBLOCK']._serialized_start=843
-  _globals['_INJECTEDBLOCK']._serialized_end=907
+  _globals['_INJECTEDBLOCK']._serialized_end=924
 # @@protoc_insertion_point(module_scope)

@@ -93,11 +93,13 @@ class ReasoningBlock(_message.Message):
     def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class InjectedBlock(_message.Message):
-    __slots__ = ("source", "text", "entry_ids")
+    __slots__ = ("source", "text", "entry_ids", "sources")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     source: str
     text: str
     entry_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, source: _Optional[str] = ..., text: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    sources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, source: _Optional[str] = ..., text: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[str]] = ...) -> None: ...

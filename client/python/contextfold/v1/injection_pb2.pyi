@@ -30,6 +30,8 @@ class SkipReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SKIP_REASON_EMPTY_TEXT: _ClassVar[SkipReason]
     SKIP_REASON_FAILED: _ClassVar[SkipReason]
     SKIP_REASON_DISABLED: _ClassVar[SkipReason]
+    SKIP_REASON_TIMEOUT: _ClassVar[SkipReason]
+    SKIP_REASON_OVER_BUDGET: _ClassVar[SkipReason]
 TRIGGER_UNSPECIFIED: Trigger
 TRIGGER_USER_TURN: Trigger
 TRIGGER_EVERY_TURN: Trigger
@@ -42,22 +44,28 @@ SKIP_REASON_ALREADY_INJECTED: SkipReason
 SKIP_REASON_EMPTY_TEXT: SkipReason
 SKIP_REASON_FAILED: SkipReason
 SKIP_REASON_DISABLED: SkipReason
+SKIP_REASON_TIMEOUT: SkipReason
+SKIP_REASON_OVER_BUDGET: SkipReason
 
 class MemoryOptions(_message.Message):
-    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector")
+    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens")
     STORES_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
     QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     stores: _containers.RepeatedScalarFieldContainer[str]
     max_entries: int
     query: str
     scope: _memory_pb2.Scope
     min_score: float
     query_vector: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ...) -> None: ...
+    priority: int
+    max_tokens: int
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("id", "name")
@@ -68,18 +76,42 @@ class Agent(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class InjectRequest(_message.Message):
-    __slots__ = ("messages", "trigger", "memory", "app_state", "agent")
+    __slots__ = ("messages", "trigger", "memory", "app_state", "agent", "providers", "max_tokens", "coalesce")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     APP_STATE_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COALESCE_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
     trigger: Trigger
     memory: MemoryOptions
     app_state: _struct_pb2.Struct
     agent: Agent
-    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ...) -> None: ...
+    providers: _containers.RepeatedScalarFieldContainer[str]
+    max_tokens: int
+    coalesce: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., providers: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., coalesce: _Optional[bool] = ...) -> None: ...
+
+class SourceReport(_message.Message):
+    __slots__ = ("source", "injected", "skip_reason", "detail", "priority", "tokens", "duration")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    INJECTED_FIELD_NUMBER: _ClassVar[int]
+    SKIP_REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    injected: bool
+    skip_reason: SkipReason
+    detail: str
+    priority: int
+    tokens: int
+    duration: _duration_pb2.Duration
+    def __init__(self, source: _Optional[str] = ..., injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., priority: _Optional[int] = ..., tokens: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class InjectedEntry(_message.Message):
     __slots__ = ("id", "store", "score")
@@ -92,7 +124,7 @@ class InjectedEntry(_message.Message):
     def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class InjectionReport(_message.Message):
-    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations")
+    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens")
     class StageDurationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +139,8 @@ class InjectionReport(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     TARGET_MESSAGE_INDEX_FIELD_NUMBER: _ClassVar[int]
     STAGE_DURATIONS_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     injected: bool
     skip_reason: SkipReason
     detail: str
@@ -114,7 +148,9 @@ class InjectionReport(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[InjectedEntry]
     target_message_index: int
     stage_durations: _containers.MessageMap[str, _duration_pb2.Duration]
-    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ...) -> None: ...
+    sources: _containers.RepeatedCompositeFieldContainer[SourceReport]
+    total_tokens: int
+    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ...) -> None: ...
 
 class InjectResponse(_message.Message):
     __slots__ = ("messages", "report")

@@ -47,10 +47,11 @@ class InjectionServiceServicer:
     """
 
     def Inject(self, request, context):
-        """Searches memory for the conversation and returns it with the best
-        entries folded into the latest user message. Injection fails open: when
-        anything on its path fails, the messages come back untouched, status OK,
-        and the report says why.
+        """Searches memory and asks the registered context providers, all at once,
+        and returns the conversation with their blocks folded into the latest
+        user message, in one region ordered by priority. Injection fails open:
+        whatever fails on its path is left out, status OK, and the report says
+        why; the caller's deadline is honoured.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,136 @@
+"""The context region: every source's text, ordered, within budget, folded in one place.
+
+Each contributing source gets one block, adjacent, appended to the latest user
+message, ordered by priority (highest first), then registration (memory, which
+is built in, before any provider). Over a token budget, the lowest-priority
+source yields first, a provider's text whole and memory an entry at a time
+(its lowest-ranked first); no text is ever cut part-way, so every block stays
+well-formed. Optionally the region is one coalesced block instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from .conversation import Turn
+from .entries import RetrievedEntry
+from .fold import fold_target, separated, shows_text
+from .format import format_memory_block
+from .memory import MEMORY_SOURCE, SkipReason
+
+COALESCED_SOURCE = "coalesced"
+
+TokenCounter = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A source's offer: a provider's text, or memory's entries, best first."""
+
+    source: str
+    priority: int
+    # Registration order among providers; memory, built in, is -1.
+    order: int
+    text: str = ""
+    entries: tuple[RetrievedEntry, ...] = ()
+    max_tokens: int = 0
+
+    @property
+    def is_memory(self) -> bool:
+        return self.source == MEMORY_SOURCE
+
+    def render(self) -> str:
+        return format_memory_block(self.entries) if self.is_memory else self.text
+
+    def yield_one(self) -> Candidate | None:
+        """This offer with the least of it given up: memory's lowest-ranked entry, or all of a provider's text."""
+        if self.is_memory and len(self.entries) > 1:
+            return replace(self, entries=self.entries[:-1])
+        return None
+
+
+@dataclass(frozen=True)
+class PlannedBlock:
+    source: str
+    text: str
+    entry_ids: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+
+@dataclass
+class RegionPlan:
+    target_index: int
+    blocks: list[PlannedBlock] = field(default_factory=list)
+    # The offers that made it, as folded (memory possibly with fewer entries).
+    kept: list[Candidate] = field(default_factory=list)
+    dropped: dict[str, tuple[SkipReason, str]] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+    total_tokens: int = 0
+
+
+def plan_region(
+    turns: Sequence[Turn],
+    candidates: Sequence[Candidate],
+    *,
+    max_tokens: int,
+    coalesce: bool,
+    count_tokens: TokenCounter,
+) -> RegionPlan:
+    plan = RegionPlan(target_index=fold_target(turns))
+    if plan.target_index < 0:
+        for candidate in candidates:
+            plan.dropped[candidate.source] = (SkipReason.NO_USER_MESSAGE, "the conversation has no user message")
+        return plan
+    follows_text = shows_text(turns[plan.target_index])
+
+    kept = []
+    for candidate in sorted(candidates, key=lambda c: (-c.priority, c.order)):
+        fitted = _within_own_cap(candidate, count_tokens)
+        if fitted is None:
+            plan.dropped[candidate.source] = (
+                SkipReason.OVER_BUDGET,
+                f"its text is over its own cap of {candidate.max_tokens} tokens",
+            )
+        else:
+            kept.append(fitted)
+
+    while kept:
+        blocks = _blocks(kept, follows_text, coalesce)
+        total = sum(count_tokens(block.text) for block in blocks)
+        if not max_tokens or total <= max_tokens:
+            plan.blocks, plan.kept, plan.total_tokens = blocks, kept, total
+            plan.tokens = {candidate.source: count_tokens(candidate.render()) for candidate in kept}
+            return plan
+        lowest = kept[-1]
+        smaller = lowest.yield_one()
+        if smaller is not None:
+            kept[-1] = smaller
+        else:
+            kept.pop()
+            plan.dropped[lowest.source] = (
+                SkipReason.OVER_BUDGET,
+                f"the request's budget of {max_tokens} tokens went to higher-priority sources",
+            )
+    return plan
+
+
+def _within_own_cap(candidate: Candidate, count_tokens: TokenCounter) -> Candidate | None:
+    current: Candidate | None = candidate
+    while current is not None and candidate.max_tokens and count_tokens(current.render()) > candidate.max_tokens:
+        current = current.yield_one()
+    return current
+
+
+def _blocks(kept: Sequence[Candidate], follows_text: bool, coalesce: bool) -> list[PlannedBlock]:
+    memory_ids = tuple(entry.id for candidate in kept if candidate.is_memory for entry in candidate.entries)
+    if coalesce:
+        joined = "\n\n".join(candidate.render() for candidate in kept)
+        sources = tuple(candidate.source for candidate in kept)
+        return [PlannedBlock(COALESCED_SOURCE, separated(joined, follows_text), memory_ids, sources)]
+    blocks = []
+    for index, candidate in enumerate(kept):
+        text = separated(candidate.render(), follows_text or index > 0)
+        entry_ids = tuple(entry.id for entry in candidate.entries)
+        blocks.append(PlannedBlock(candidate.source, text, entry_ids))
+    return blocks

