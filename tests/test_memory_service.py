@@ -172,3 +172,28 @@ def test_unknown_names_are_not_found(client: Client) -> None:
         list(client.list_memories("no-such-store"))
     with pytest.raises(NotFound):
         client.get_memory("no-such-id")
+
+
+def test_a_tampered_page_token_is_invalid_argument_not_internal(server, make_store) -> None:
+    import grpc
+    from contextfold.v1 import memory_pb2, memory_pb2_grpc, provider_pb2, provider_pb2_grpc
+    from contextfold_server.api.convert import encode_page_token
+
+    store = make_store()
+    calls = [
+        ("ListStores", memory_pb2.ListStoresRequest(page_token=encode_page_token({"not": "a name"}))),
+        (
+            "ListMemories",
+            memory_pb2.ListMemoriesRequest(store=store, page_token=encode_page_token("x", store, "", "", "")),
+        ),
+        ("ListProviders", provider_pb2.ListProvidersRequest(page_token=encode_page_token(["a", 1]))),
+        ("ListStores", memory_pb2.ListStoresRequest(page_token="not base64 at all!")),
+    ]
+    with grpc.insecure_channel(server.address) as channel:
+        stubs = {"ListProviders": provider_pb2_grpc.ProviderServiceStub(channel)}
+        memory = memory_pb2_grpc.MemoryServiceStub(channel)
+        for method, request in calls:
+            with pytest.raises(grpc.RpcError) as raised:
+                getattr(stubs.get(method, memory), method)(request)
+            assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+            assert raised.value.details() == "page_token: is not a token this service issued"

@@ -139,6 +139,7 @@ def test_providers_are_registered_listed_updated_and_deleted(cf: Client, registe
         (lambda cf: cf.register_provider("9lives", "127.0.0.1:1"), "provider.name"),
         (lambda cf: cf.register_provider("p", ""), "provider.target"),
         (lambda cf: cf.register_provider("p", "http://example.com/x"), "provider.target"),
+        (lambda cf: cf.register_provider("p", "127.0.0.1:70000"), "provider.target"),
         (lambda cf: cf.register_provider("p", "127.0.0.1:1", timeout=31), "provider.timeout"),
         (lambda cf: cf.register_provider("p", "127.0.0.1:1", max_tokens=-1), "provider.max_tokens"),
         (lambda cf: cf.inject([user("x")], max_tokens=-5), "max_tokens"),

@@ -161,8 +161,12 @@ class Client:
     def inject(
         self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
     ) -> InjectResult:
-        """Fold memory into `messages`. Options: trigger, stores, max_entries, query, query_vector,
-        scope, min_score, app_state, agent."""
+        """Fold memory and provider context into `messages`.
+
+        Options: trigger ("user_turn" or "every_turn"); memory's stores, max_entries, query,
+        query_vector, scope, min_score, memory_priority, memory_max_tokens; providers (names),
+        max_tokens (for all), coalesce; app_state, agent.
+        """
         return self._run(_calls.inject(messages, **options), timeout)
 
     def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2
@@ -258,7 +258,9 @@ def encode_page_token(after: Any, *request_parts: str) -> str:
     return base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
 
 
-def decode_page_token(token: str, *request_parts: str) -> Any:
+def decode_page_token(token: str, is_position: Callable[[Any], bool], *request_parts: str) -> Any:
+    """The position a page ended on, or None for the first page. `is_position` checks its shape:
+    a token is opaque to callers, not tamper-proof, so what comes back is checked like any input."""
     if not token:
         return None
     try:
@@ -267,6 +269,8 @@ def decode_page_token(token: str, *request_parts: str) -> Any:
         after, key = payload["after"], payload["key"]
     except (ValueError, KeyError, TypeError) as error:
         raise InvalidArgument.of("page_token", "is not a token this service issued") from error
+    if not is_position(after):
+        raise InvalidArgument.of("page_token", "is not a token this service issued")
     if key != _request_key(*request_parts):
         raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
     return after

@@ -50,7 +50,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     @reports_errors
     async def ListStores(self, request: memory_pb2.ListStoresRequest, context: grpc.aio.ServicerContext):
         limit = page_size(request.page_size)
-        after = decode_page_token(request.page_token) or ""
+        after = decode_page_token(request.page_token, lambda after: isinstance(after, str)) or ""
         records = await self._store.list_stores(caller_namespace(context), after, limit + 1)
         response = memory_pb2.ListStoresResponse(stores=[store_to_proto(r) for r in records[:limit]])
         if len(records) > limit:
@@ -169,7 +169,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         limit = page_size(request.page_size)
         scope = scope_from_proto(request.scope, "scope")
         key = (request.store, scope.user_id, scope.agent_id, scope.session_id)
-        after = decode_page_token(request.page_token, *key) or 0
+        after = decode_page_token(request.page_token, lambda after: type(after) is int, *key) or 0
         records = await self._store.list_memories(
             caller_namespace(context), request.store, scope, int(after), limit + 1
         )

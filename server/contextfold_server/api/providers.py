@@ -46,7 +46,8 @@ def _provider_fields(provider: provider_pb2.Provider, paths: set[str]) -> dict[s
     """The stored columns for the named fields of `provider`, each checked."""
     fields: dict[str, Any] = {}
     if "target" in paths:
-        if not _TARGET.fullmatch(provider.target):
+        port = provider.target.rsplit(":", 1)[-1]
+        if not _TARGET.fullmatch(provider.target) or (port.isdigit() and not 0 < int(port) < 65536):
             raise InvalidArgument.of(
                 "provider.target", "must be host:port, [ipv6]:port, or a dns:, unix:, ipv4: or ipv6: target"
             )
@@ -110,7 +111,9 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     @reports_errors
     async def ListProviders(self, request: provider_pb2.ListProvidersRequest, context: grpc.aio.ServicerContext):
         limit = page_size(request.page_size)
-        after = decode_page_token(request.page_token)
+        after = decode_page_token(
+            request.page_token, lambda after: isinstance(after, list) and [type(v) for v in after] == [int, int]
+        )
         records = await self._repository.list(caller_namespace(context), tuple(after) if after else None, limit + 1)
         response = provider_pb2.ListProvidersResponse(providers=[provider_to_proto(r) for r in records[:limit]])
         if len(records) > limit:

@@ -77,10 +77,6 @@ class InjectionOutcome:
     total_tokens: int = 0
     durations: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def memory_source(self) -> SourceOutcome:
-        return self.sources[0]
-
 
 # Time kept back from the caller's deadline to build and send the answer, so a
 # source that runs out the clock still leaves room for a fail-open reply.
@@ -88,7 +84,8 @@ _DEADLINE_RESERVE = 0.02
 _DEADLINE_RESERVE_SHARE = 0.1
 
 
-def answer_budget(time_left: float | None) -> float | None:
+def _answer_budget(time_left: float | None) -> float | None:
+    """Seconds the sources may use: the caller's time less the reserve; None without a deadline."""
     if time_left is None:
         return None
     return max(0.0, time_left - max(_DEADLINE_RESERVE, time_left * _DEADLINE_RESERVE_SHARE))
@@ -103,7 +100,7 @@ async def inject(
 ) -> InjectionOutcome:
     """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out."""
     started = time.perf_counter()
-    budget = answer_budget(request.time_left)
+    budget = _answer_budget(request.time_left)
     memory_source = SourceOutcome(MEMORY_SOURCE, request.memory.priority)
     providers = [
         (spec, SourceOutcome(spec.name, spec.priority))
