@@ -158,6 +158,16 @@ class Client:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
+    def _pages(self, call_for: Callable[[str], _Call[Any]], items: str) -> Iterator[Any]:
+        """Every item of a paged listing, fetching pages as they are needed."""
+        token = ""
+        while True:
+            page = self._run(call_for(token))
+            yield from getattr(page, items)
+            token = page.next_page_token
+            if not token:
+                return
+
     def inject(
         self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
     ) -> InjectResult:
@@ -173,13 +183,7 @@ class Client:
         return self._run(_calls.create_store(name, description, dimension))
 
     def list_stores(self) -> Iterator[memory_pb2.Store]:
-        token = ""
-        while True:
-            page = self._run(_calls.list_stores(token))
-            yield from page.stores
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(_calls.list_stores, "stores")
 
     def delete_store(self, name: str, *, force: bool = False) -> int:
         return self._run(_calls.delete_store(name, force))
@@ -197,13 +201,7 @@ class Client:
         return self._run(_calls.get_memory(memory_id))
 
     def list_memories(self, store: str, *, scope: ScopeLike = None, page_size: int = 0) -> Iterator[memory_pb2.Memory]:
-        token = ""
-        while True:
-            page = self._run(_calls.list_memories(store, scope, page_size, token))
-            yield from page.memories
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(lambda token: _calls.list_memories(store, scope, page_size, token), "memories")
 
     def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
         return self._run(_calls.delete_memories(ids, allow_missing))
@@ -216,13 +214,7 @@ class Client:
         return self._run(_calls.get_provider(name))
 
     def list_providers(self) -> Iterator[provider_pb2.Provider]:
-        token = ""
-        while True:
-            page = self._run(_calls.list_providers(token))
-            yield from page.providers
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(_calls.list_providers, "providers")
 
     def update_provider(self, name: str, **changes: Any) -> provider_pb2.Provider:
         """Change only the settings given: target, trigger, priority, timeout, max_tokens, enabled."""
@@ -269,6 +261,17 @@ class AsyncClient:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
+    async def _pages(self, call_for: Callable[[str], _Call[Any]], items: str) -> AsyncIterator[Any]:
+        """Every item of a paged listing, fetching pages as they are needed."""
+        token = ""
+        while True:
+            page = await self._run(call_for(token))
+            for item in getattr(page, items):
+                yield item
+            token = page.next_page_token
+            if not token:
+                return
+
     async def inject(
         self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
     ) -> InjectResult:
@@ -277,15 +280,8 @@ class AsyncClient:
     async def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:
         return await self._run(_calls.create_store(name, description, dimension))
 
-    async def list_stores(self) -> AsyncIterator[memory_pb2.Store]:
-        token = ""
-        while True:
-            page = await self._run(_calls.list_stores(token))
-            for store in page.stores:
-                yield store
-            token = page.next_page_token
-            if not token:
-                return
+    def list_stores(self) -> AsyncIterator[memory_pb2.Store]:
+        return self._pages(_calls.list_stores, "stores")
 
     async def delete_store(self, name: str, *, force: bool = False) -> int:
         return await self._run(_calls.delete_store(name, force))
@@ -301,17 +297,10 @@ class AsyncClient:
     async def get_memory(self, memory_id: str) -> memory_pb2.Memory:
         return await self._run(_calls.get_memory(memory_id))
 
-    async def list_memories(
+    def list_memories(
         self, store: str, *, scope: ScopeLike = None, page_size: int = 0
     ) -> AsyncIterator[memory_pb2.Memory]:
-        token = ""
-        while True:
-            page = await self._run(_calls.list_memories(store, scope, page_size, token))
-            for memory in page.memories:
-                yield memory
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(lambda token: _calls.list_memories(store, scope, page_size, token), "memories")
 
     async def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
         return await self._run(_calls.delete_memories(ids, allow_missing))
@@ -322,15 +311,8 @@ class AsyncClient:
     async def get_provider(self, name: str) -> provider_pb2.Provider:
         return await self._run(_calls.get_provider(name))
 
-    async def list_providers(self) -> AsyncIterator[provider_pb2.Provider]:
-        token = ""
-        while True:
-            page = await self._run(_calls.list_providers(token))
-            for provider in page.providers:
-                yield provider
-            token = page.next_page_token
-            if not token:
-                return
+    def list_providers(self) -> AsyncIterator[provider_pb2.Provider]:
+        return self._pages(_calls.list_providers, "providers")
 
     async def update_provider(self, name: str, **changes: Any) -> provider_pb2.Provider:
         return await self._run(_calls.update_provider(name, **changes))

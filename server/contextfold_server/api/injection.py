@@ -49,7 +49,9 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         provide = provider_port(
             self._channels,
             {record.name: record.target for record in providers},
-            provider_pb2.ProvideRequest(messages=request.messages, app_state=request.app_state, agent=request.agent),
+            lambda: provider_pb2.ProvideRequest(
+                messages=request.messages, app_state=request.app_state, agent=request.agent
+            ),
         )
         outcome = await inject(
             turns,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import grpc
 from contextfold.v1 import provider_pb2
@@ -63,13 +63,14 @@ class ProviderChannels:
 
 
 def provider_port(
-    channels: ProviderChannels, targets: dict[str, str], context: provider_pb2.ProvideRequest
+    channels: ProviderChannels, targets: dict[str, str], context: Callable[[], provider_pb2.ProvideRequest]
 ) -> ProvideText:
-    """The engine's `ProvideText` port for one `Inject` call."""
+    """The engine's `ProvideText` port for one `Inject` call. The context is built on the first
+    provider call, so an injection that asks no provider never copies the conversation."""
 
     @functools.cache
     def serialized_context() -> bytes:
-        return context.SerializeToString()
+        return context().SerializeToString()
 
     async def provide(spec: ProviderSpec, timeout: float) -> str:
         method = channels.provide_method(targets[spec.name])
