@@ -104,5 +104,10 @@ class Postgres:
             time.sleep(0.1)
         raise RuntimeError("postgres did not stop")
 
+    def restart(self) -> None:
+        """Start the server again on the same data and socket, after `kill`."""
+        with self._server._lock:
+            self._server.ensure_postgres_running()
+
     def cleanup(self) -> None:
         self._server.cleanup()

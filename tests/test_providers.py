@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import tiktoken
-from contextfold import AlreadyExists, Client, InvalidArgument, NotFound
+from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, Unavailable
 from contextfold.v1 import injection_pb2
 
 from .conftest import assistant, user
@@ -438,8 +438,58 @@ def test_two_replicas_on_one_database_see_each_others_registrations_within_a_sec
         database.cleanup()
 
 
+def test_providers_answer_while_the_database_is_down_and_registrations_flow_again_after(tmp_path, ports) -> None:
+    database = Postgres(tmp_path / "pgdata")
+    first = start_server(tmp_path / "first.log", "--database-url", database.url)
+    second = start_server(tmp_path / "second.log", "--database-url", database.url)
+    app_state = {"texts": {"steady": "<steady/>", "later": "<later/>"}}
+    scripted = f"127.0.0.1:{ports['scripted']}"
+    try:
+        with Client(first.address, timeout=30) as via_first, Client(second.address, timeout=30) as via_second:
+            via_first.register_provider("steady", scripted)
+            assert _within_a_second(lambda: "steady" in sources(via_second.inject([user("go")], app_state=app_state)))
+
+            database.kill()
+            # The registrations are cached on every replica: only memory needs the database.
+            outage = via_second.inject([user("go")], app_state=app_state)
+            assert injected_blocks(outage) == [("steady", "\n\n<steady/>")]
+            assert sources(outage)["memory"][0] == SKIP.SKIP_REASON_FAILED
+            assert "database unavailable" in sources(outage)["memory"][1]
+
+            database.restart()
+            _eventually(lambda: via_first.register_provider("later", scripted), seconds=15)
+            # Each replica's listener reconnects, reloads everything, and listens again.
+            assert _within(
+                5.0,
+                lambda: (
+                    [s for s, _ in injected_blocks(via_second.inject([user("go")], app_state=app_state))]
+                    == ["steady", "later"]
+                ),
+            )
+    finally:
+        assert first.stop() == 0, first.log()
+        assert second.stop() == 0, second.log()
+        database.cleanup()
+
+
+def _eventually(action, seconds: float):
+    """`action`'s result, retrying while the service is still reconnecting."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return action()
+        except Unavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _within_a_second(check):
-    deadline = time.monotonic() + 1.0
+    return _within(1.0, check)
+
+
+def _within(seconds: float, check):
+    deadline = time.monotonic() + seconds
     while True:
         value = check()
         if value or time.monotonic() > deadline:
