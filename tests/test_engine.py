@@ -79,8 +79,22 @@ async def no_providers(spec: ProviderSpec, timeout: float) -> str:
     raise AssertionError("no provider is registered")
 
 
+class NoCustomizations:
+    """These requests carry no expression or template, so nothing may reach for one."""
+
+    async def trigger(self, expression: str) -> bool:
+        raise AssertionError("no trigger expression was given")
+
+    async def query(self, expression: str) -> str:
+        raise AssertionError("no query expression was given")
+
+    async def render(self, template: str, entries) -> str:
+        raise AssertionError("no template was given")
+
+
 def run(turns, search, request: InjectionRequest | None = None, provide=no_providers):
-    return asyncio.run(inject(turns, request or InjectionRequest(), search, provide, lambda text: len(text.split())))
+    count_words = lambda text: len(text.split())  # noqa: E731
+    return asyncio.run(inject(turns, request or InjectionRequest(), search, provide, count_words, NoCustomizations()))
 
 
 def test_a_failing_search_skips_with_the_reason_and_no_fold() -> None:

@@ -528,3 +528,36 @@ def test_a_provider_written_in_typescript_from_the_protos(cf: Client, register) 
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(10)
+
+
+def test_a_provider_can_be_triggered_by_a_cel_expression(cf: Client, register, ports) -> None:
+    register(
+        "sandbox-ready",
+        f"127.0.0.1:{ports['scripted']}",
+        trigger_expression="has(app_state.sandbox) && message_count >= 2",
+    )
+    texts = {"texts": {"sandbox-ready": "<ready/>"}}
+
+    first_turn = cf.inject([user("go")], max_entries=0, app_state={**texts, "sandbox": "s1"})
+    later_turn = cf.inject(
+        [user("go"), assistant("ok"), user("on")], max_entries=0, app_state={**texts, "sandbox": "s1"}
+    )
+    no_sandbox = cf.inject([user("go"), assistant("ok"), user("on")], max_entries=0, app_state=texts)
+
+    assert sources(first_turn)["sandbox-ready"] == (
+        SKIP.SKIP_REASON_NOT_TRIGGERED,
+        "its trigger expression returned false",
+    )
+    assert injected_blocks(later_turn) == [("sandbox-ready", "\n\n<ready/>")]
+    assert sources(no_sandbox)["sandbox-ready"][0] == SKIP.SKIP_REASON_NOT_TRIGGERED
+    assert cf.get_provider("sandbox-ready").trigger_expression == "has(app_state.sandbox) && message_count >= 2"
+
+
+def test_a_provider_trigger_expression_is_checked_at_registration(cf: Client) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        cf.register_provider("broken", "127.0.0.1:1", trigger_expression="message_count >=")
+    assert raised.value.field_violations[0][0] == "provider.trigger_expression"
+    with pytest.raises(InvalidArgument) as both:
+        cf.register_provider("both", "127.0.0.1:1", trigger="every_turn", trigger_expression="true")
+    assert "not both" in both.value.field_violations[0][1]
+    assert [p.name for p in cf.list_providers()] == []

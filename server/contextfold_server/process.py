@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from .api.injection import InjectionServicer
 from .api.memory import MemoryServicer
 from .api.providers import ProviderServicer
+from .customize.sandbox import Sandbox
 from .database import Database
 from .embedding import Embedder
 from .memory.embedded import default_data_dir, start_embedded_postgres
@@ -117,11 +118,15 @@ async def serve(config: Config) -> None:
     channels = ProviderChannels()
     directory = ProviderDirectory(providers, database_url, on_refresh=channels.keep_only)
     await directory.start()
+    sandbox = Sandbox()
+    await sandbox.start()
     embedder = await embedder_loading
     searcher = MemorySearcher(store, embedder)
 
     server = grpc.aio.server()
-    injection_pb2_grpc.add_InjectionServiceServicer_to_server(InjectionServicer(searcher, directory, channels), server)
+    injection_pb2_grpc.add_InjectionServiceServicer_to_server(
+        InjectionServicer(searcher, directory, channels, sandbox), server
+    )
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(store, embedder, searcher), server)
     provider_pb2_grpc.add_ProviderServiceServicer_to_server(ProviderServicer(providers, directory), server)
     health_servicer = health.aio.HealthServicer()
@@ -144,6 +149,7 @@ async def serve(config: Config) -> None:
     await server.stop(config.grace_seconds)
     await directory.close()
     await channels.close()
+    await sandbox.close()
     await database.close()
     await embedder.close()
     logger.info("stopped")

@@ -13,6 +13,11 @@ from .v1 import injection_pb2, memory_pb2, provider_pb2
 ScopeLike = memory_pb2.Scope | Mapping[str, str] | None
 MemoryLike = str | Mapping[str, Any] | memory_pb2.Memory
 
+_FORMATS = {
+    "xml": injection_pb2.FORMAT_XML,
+    "bullets": injection_pb2.FORMAT_BULLETS,
+    "markdown": injection_pb2.FORMAT_MARKDOWN,
+}
 _TRIGGERS = {
     "user_turn": injection_pb2.TRIGGER_USER_TURN,
     "every_turn": injection_pb2.TRIGGER_EVERY_TURN,
@@ -42,7 +47,8 @@ def trigger_value(name: str) -> int:
 def inject(
     messages: Iterable[Mapping[str, Any]],
     *,
-    trigger: str = "user_turn",
+    trigger: str | None = None,
+    trigger_expression: str = "",
     stores: Sequence[str] = (),
     max_entries: int | None = None,
     query: str = "",
@@ -51,12 +57,17 @@ def inject(
     min_score: float | None = None,
     memory_priority: int = 0,
     memory_max_tokens: int = 0,
+    query_expression: str = "",
+    format: str | None = None,
+    format_template: str = "",
     providers: Sequence[str] = (),
     max_tokens: int = 0,
     coalesce: bool = False,
     app_state: Mapping[str, Any] | None = None,
     agent: Mapping[str, str] | None = None,
 ) -> injection_pb2.InjectRequest:
+    if format and format not in _FORMATS:
+        raise ValueError(f"unknown format {format!r}: expected one of {', '.join(_FORMATS)}")
     options = injection_pb2.MemoryOptions(
         stores=list(stores),
         query=query,
@@ -64,6 +75,9 @@ def inject(
         scope=scope(scope_),
         priority=memory_priority,
         max_tokens=memory_max_tokens,
+        query_expression=query_expression,
+        format=_FORMATS[format] if format else injection_pb2.FORMAT_UNSPECIFIED,
+        format_template=format_template,
     )
     if max_entries is not None:
         options.max_entries = max_entries
@@ -71,7 +85,8 @@ def inject(
         options.min_score = min_score
     return injection_pb2.InjectRequest(
         messages=to_proto_messages(messages),
-        trigger=trigger_value(trigger),
+        trigger=trigger_value(trigger) if trigger else injection_pb2.TRIGGER_UNSPECIFIED,
+        trigger_expression=trigger_expression,
         memory=options,
         providers=list(providers),
         max_tokens=max_tokens,
@@ -118,6 +133,7 @@ def provider(
     *,
     target: str | None = None,
     trigger: str | None = None,
+    trigger_expression: str | None = None,
     priority: int | None = None,
     timeout: float | None = None,
     max_tokens: int | None = None,
@@ -127,6 +143,8 @@ def provider(
     message = provider_pb2.Provider(name=name, target=target or "", priority=priority or 0, max_tokens=max_tokens or 0)
     if trigger is not None:
         message.trigger = trigger_value(trigger)
+    if trigger_expression is not None:
+        message.trigger_expression = trigger_expression
     if timeout is not None:
         message.timeout.FromNanoseconds(int(timeout * 1e9))
     if enabled is not None:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import json_format
 
-from .client import DEFAULT_TARGET, Client
+from .client import Client, default_target
 from .convert import dumps, loads
 from .errors import ContextfoldError
 
@@ -87,7 +86,7 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
 def _providers(args: argparse.Namespace, cf: Client) -> None:
     settings = {
         key: getattr(args, key)
-        for key in ("target", "trigger", "priority", "timeout", "max_tokens", "enabled")
+        for key in ("target", "trigger", "trigger_expression", "priority", "timeout", "max_tokens", "enabled")
         if getattr(args, key, None) is not None
     }
     if args.action == "register":
@@ -104,6 +103,14 @@ def _providers(args: argparse.Namespace, cf: Client) -> None:
         _print_json({"deleted": args.name})
 
 
+def _text_or_file(value: str) -> str:
+    """`@path` stands for the file's text, as templates are easier to keep in files."""
+    if value.startswith("@"):
+        with open(value[1:], encoding="utf-8") as source:
+            return source.read()
+    return value
+
+
 def _inject(args: argparse.Namespace, cf: Client) -> None:
     source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     with source:
@@ -111,8 +118,12 @@ def _inject(args: argparse.Namespace, cf: Client) -> None:
     messages = document["messages"] if isinstance(document, dict) else document
     options: dict[str, Any] = {
         "trigger": args.trigger,
+        "trigger_expression": args.trigger_expression,
         "stores": args.store,
         "query": args.query,
+        "query_expression": args.query_expression,
+        "format": args.format,
+        "format_template": _text_or_file(args.format_template),
         "providers": args.provider,
         "max_tokens": args.max_tokens,
         "coalesce": args.coalesce,
@@ -137,7 +148,7 @@ def _inject(args: argparse.Namespace, cf: Client) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextfold", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--address", default=os.environ.get("CONTEXTFOLD_ADDRESS", DEFAULT_TARGET))
+    parser.add_argument("--address", default=default_target(), help="default: $CONTEXTFOLD_ADDRESS or localhost:50051")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -184,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         change.add_argument("name")
         change.add_argument("--target", required=action == "register", help="host:port the service dials")
         change.add_argument("--trigger", choices=["user_turn", "every_turn"])
+        change.add_argument("--trigger-expression", help="a CEL bool expression, instead of --trigger")
         change.add_argument("--priority", type=int, help="higher comes first and is cut last")
         change.add_argument("--timeout", type=float, help="seconds to wait for it (default 1)")
         change.add_argument("--max-tokens", type=int, help="its own token cap; 0 for none")
@@ -194,11 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     inject = commands.add_parser("inject", help="fold memory and provider context into a conversation and print it")
     inject.add_argument("--file", required=True, help="a JSON list of messages (or {'messages': [...]}); - for stdin")
-    inject.add_argument("--trigger", choices=["user_turn", "every_turn"], default="user_turn")
+    inject.add_argument("--trigger", choices=["user_turn", "every_turn"], help="default: user_turn")
+    inject.add_argument("--trigger-expression", default="", help="a CEL bool expression, instead of --trigger")
     inject.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
     inject.add_argument("--max-entries", type=int, help="memory entries at most (default 5)")
     inject.add_argument("--min-score", type=float)
     inject.add_argument("--query", default="", help="search for this instead of the adaptive query")
+    inject.add_argument("--query-expression", default="", help="a CEL string expression deriving the query")
+    inject.add_argument("--format", choices=["xml", "bullets", "markdown"], help="default: xml")
+    inject.add_argument("--format-template", default="", help="a Jinja2 template for the entries, or @file")
     inject.add_argument("--provider", action="append", default=[], help="ask only these providers; default: all")
     inject.add_argument("--max-tokens", type=int, default=0, help="cap on tokens injected in all")
     inject.add_argument("--coalesce", action="store_true", help="fold one block instead of one per source")

@@ -8,6 +8,7 @@ messages, which are typed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -21,6 +22,12 @@ from .errors import from_rpc_error
 from .v1 import injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc, provider_pb2, provider_pb2_grpc
 
 DEFAULT_TARGET = "localhost:50051"
+
+
+def default_target() -> str:
+    """Where a client connects when not told: CONTEXTFOLD_ADDRESS, else localhost:50051."""
+    return os.environ.get("CONTEXTFOLD_ADDRESS", DEFAULT_TARGET)
+
 
 Result = TypeVar("Result")
 
@@ -135,12 +142,13 @@ class Client:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str | None = None,
         *,
         timeout: float | None = 10.0,
         credentials: grpc.ChannelCredentials | None = None,
         channel: grpc.Channel | None = None,
     ) -> None:
+        target = target or default_target()
         self._channel = channel or (
             grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
         )
@@ -238,12 +246,13 @@ class AsyncClient:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        target: str | None = None,
         *,
         timeout: float | None = 10.0,
         credentials: grpc.ChannelCredentials | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
+        target = target or default_target()
         self._channel = channel or (
             grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
         )

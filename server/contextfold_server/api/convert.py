@@ -13,7 +13,10 @@ from typing import Any
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2
 from google.protobuf import json_format, struct_pb2
 
+from ..customize.expressions import check_expression
+from ..customize.templates import check_template
 from ..engine.conversation import InjectedRef, Role, Turn
+from ..engine.format import MemoryFormat
 from ..engine.injection import InjectionOutcome
 from ..engine.memory import DEFAULT_MAX_ENTRIES, MemoryRequest, SkipReason
 from ..engine.region import PlannedBlock
@@ -100,9 +103,38 @@ def check_max_tokens(value: int, field: str) -> int:
     return value
 
 
+_FORMATS = {
+    injection_pb2.FORMAT_UNSPECIFIED: MemoryFormat.XML,
+    injection_pb2.FORMAT_XML: MemoryFormat.XML,
+    injection_pb2.FORMAT_BULLETS: MemoryFormat.BULLETS,
+    injection_pb2.FORMAT_MARKDOWN: MemoryFormat.MARKDOWN,
+}
+
+
+def trigger_expression_from_proto(expression: str, trigger: int, field: str, trigger_field: str) -> str:
+    """A CEL trigger, checked; it replaces the named trigger, so the two cannot both be set."""
+    if expression and trigger != injection_pb2.TRIGGER_UNSPECIFIED:
+        raise InvalidArgument.of(field, f"replaces {trigger_field}; set one of them, not both")
+    return check_expression(expression, "trigger", field) if expression else ""
+
+
 def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryRequest:
     options = request.memory
     trigger = trigger_from_proto(request.trigger, "trigger")
+    trigger_expression = trigger_expression_from_proto(
+        request.trigger_expression, request.trigger, "trigger_expression", "trigger"
+    )
+    if options.query_expression and options.query:
+        raise InvalidArgument.of("memory.query_expression", "replaces memory.query; set one of them, not both")
+    if options.query_expression:
+        check_expression(options.query_expression, "query", "memory.query_expression")
+    memory_format = _FORMATS.get(options.format)
+    if memory_format is None:
+        raise InvalidArgument.of("memory.format", f"unknown format value {options.format}")
+    if options.format_template:
+        if options.format != injection_pb2.FORMAT_UNSPECIFIED:
+            raise InvalidArgument.of("memory.format_template", "replaces memory.format; set one of them, not both")
+        check_template(options.format_template, "memory.format_template")
     max_entries = options.max_entries if options.HasField("max_entries") else DEFAULT_MAX_ENTRIES
     if not 0 <= max_entries <= MAX_ENTRIES_LIMIT:
         raise InvalidArgument.of("memory.max_entries", f"must be from 0 to {MAX_ENTRIES_LIMIT}, got {max_entries}")
@@ -118,6 +150,10 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         min_score=min_score,
         priority=options.priority,
         max_tokens=check_max_tokens(options.max_tokens, "memory.max_tokens"),
+        trigger_expression=trigger_expression,
+        query_expression=options.query_expression,
+        format=memory_format,
+        format_template=options.format_template,
     )
 
 

@@ -7,6 +7,8 @@ import logging
 import grpc
 from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
 
+from ..customize.context import RequestCustomizer
+from ..customize.sandbox import Sandbox
 from ..engine.injection import InjectionRequest, inject
 from ..errors import InvalidArgument
 from ..memory.search import MemorySearcher
@@ -28,10 +30,13 @@ logger = logging.getLogger(__name__)
 
 
 class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
-    def __init__(self, searcher: MemorySearcher, directory: ProviderDirectory, channels: ProviderChannels) -> None:
+    def __init__(
+        self, searcher: MemorySearcher, directory: ProviderDirectory, channels: ProviderChannels, sandbox: Sandbox
+    ) -> None:
         self._searcher = searcher
         self._directory = directory
         self._channels = channels
+        self._sandbox = sandbox
 
     @reports_errors
     async def Inject(self, request: injection_pb2.InjectRequest, context: grpc.aio.ServicerContext):
@@ -66,6 +71,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             self._searcher.port(namespace, scope),
             provide,
             count_tokens,
+            RequestCustomizer(self._sandbox, request, turns),
         )
 
         # The response starts as the request's own messages: only the fold target gains blocks.

@@ -18,6 +18,7 @@ from .convert import (
     decode_page_token,
     encode_page_token,
     page_size,
+    trigger_expression_from_proto,
     trigger_from_proto,
     trigger_to_proto,
 )
@@ -31,7 +32,7 @@ _TARGET = re.compile(
 )
 DEFAULT_TIMEOUT_MS = 1000
 MAX_TIMEOUT_MS = 30_000
-_MASK_FIELDS = {"target", "trigger", "priority", "timeout", "max_tokens", "enabled"}
+_MASK_FIELDS = {"target", "trigger", "trigger_expression", "priority", "timeout", "max_tokens", "enabled"}
 
 
 def check_provider_name(name: str, field: str) -> str:
@@ -54,6 +55,10 @@ def _provider_fields(provider: provider_pb2.Provider, paths: set[str]) -> dict[s
         fields["target"] = provider.target
     if "trigger" in paths:
         fields["trigger"] = trigger_from_proto(provider.trigger, "provider.trigger")
+    if "trigger_expression" in paths:
+        fields["trigger_expression"] = trigger_expression_from_proto(
+            provider.trigger_expression, provider.trigger, "provider.trigger_expression", "provider.trigger"
+        )
     if "priority" in paths:
         fields["priority"] = provider.priority
     if "timeout" in paths:
@@ -73,6 +78,7 @@ def provider_to_proto(record: ProviderRecord) -> provider_pb2.Provider:
         name=record.name,
         target=record.target,
         trigger=trigger_to_proto(record.trigger),
+        trigger_expression=record.trigger_expression,
         priority=record.priority,
         max_tokens=record.max_tokens,
         enabled=record.enabled,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -12,6 +14,8 @@ class RetrievedEntry:
     store: str
     content: str
     score: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
 
 
 def rank_across_stores(entries: Iterable[RetrievedEntry], limit: int) -> list[RetrievedEntry]:

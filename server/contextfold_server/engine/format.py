@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 from .entries import RetrievedEntry
+
+
+class MemoryFormat(Enum):
+    XML = "xml"
+    BULLETS = "bullets"
+    MARKDOWN = "markdown"
 
 
 def escape_xml_text(value: str) -> str:
@@ -35,3 +42,21 @@ def format_memory_block(entries: Sequence[RetrievedEntry]) -> str:
     ]
     joined = "\n".join(lines)
     return f"<memory>\n{joined}\n</memory>"
+
+
+def format_bullets(entries: Sequence[RetrievedEntry]) -> str:
+    """One `- CONTENT` line per entry: plain text, for models and prompts that do without markup."""
+    return "\n".join(f"- {entry.content}" for entry in entries)
+
+
+def format_markdown(entries: Sequence[RetrievedEntry]) -> str:
+    """A `### Memory` heading, then one `- CONTENT (STORE)` line per entry."""
+    lines = [f"- {entry.content} ({entry.store})" if entry.store else f"- {entry.content}" for entry in entries]
+    return "### Memory\n" + "\n".join(lines)
+
+
+NAMED_FORMATS = {
+    MemoryFormat.XML: format_memory_block,
+    MemoryFormat.BULLETS: format_bullets,
+    MemoryFormat.MARKDOWN: format_markdown,
+}

@@ -16,9 +16,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from .conversation import Turn
+from .entries import RetrievedEntry
+from .failures import describe
 from .fold import fold_target
-from .memory import MEMORY_SOURCE, MemoryOutcome, MemoryRequest, MemorySearch, SkipReason, retrieve_memory
-from .region import Candidate, PlannedBlock, TokenCounter, plan_region
+from .format import NAMED_FORMATS
+from .memory import (
+    MEMORY_SOURCE,
+    Customizer,
+    MemoryOutcome,
+    MemoryRequest,
+    MemorySearch,
+    SkipReason,
+    retrieve_memory,
+)
+from .region import Candidate, PlannedBlock, RenderEntries, TokenCounter, plan_region
 from .trigger import Trigger, should_inject
 
 logger = logging.getLogger(__name__)
@@ -35,14 +46,15 @@ class ProviderSpec:
     timeout: float = 1.0
     max_tokens: int = 0
     enabled: bool = True
+    trigger_expression: str = ""
 
 
 # The port to providers: ask one for its text, within `timeout` seconds.
 ProvideText = Callable[[ProviderSpec, float], Awaitable[str]]
 
 
-class SourceFailed(Exception):
-    """A source failed for a reason its message already states for people."""
+class _NotTriggered(Exception):
+    """A provider's trigger expression returned false."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,7 @@ async def inject(
     search: MemorySearch,
     provide: ProvideText,
     count_tokens: TokenCounter,
+    customizer: Customizer,
 ) -> InjectionOutcome:
     """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out."""
     started = time.perf_counter()
@@ -121,8 +134,11 @@ async def inject(
             if (timeout := _provider_timeout(turns, spec, source, budget)) is not None
         ]
         memory, *texts = await asyncio.gather(
-            _timed(memory_source, started, budget, retrieve_memory(turns, request.memory, search)),
-            *(_timed(source, started, timeout, provide(spec, timeout)) for spec, source, timeout in calls),
+            _timed(memory_source, started, budget, retrieve_memory(turns, request.memory, search, customizer)),
+            *(
+                _timed(source, started, timeout, _ask_provider(spec, timeout, provide, customizer))
+                for spec, source, timeout in calls
+            ),
         )
         outcome.memory = (
             memory if memory is not None else MemoryOutcome().skip(memory_source.skip_reason, memory_source.detail)
@@ -140,6 +156,7 @@ async def inject(
                     request.memory.priority,
                     -1,
                     entries=tuple(outcome.memory.entries),
+                    render_entries=_memory_renderer(request.memory, customizer),
                     max_tokens=request.memory.max_tokens,
                 )
             )
@@ -151,7 +168,7 @@ async def inject(
                 continue
             candidates.append(Candidate(spec.name, spec.priority, spec.order, text=text, max_tokens=spec.max_tokens))
 
-        plan = plan_region(
+        plan = await plan_region(
             turns, candidates, max_tokens=request.max_tokens, coalesce=request.coalesce, count_tokens=count_tokens
         )
         outcome.blocks, outcome.total_tokens = plan.blocks, plan.total_tokens
@@ -171,8 +188,8 @@ async def inject(
         outcome.memory.entries = []
         for source in outcome.sources:
             source.injected, source.tokens = False, 0
-            source.skip_reason, source.detail = SkipReason.FAILED, f"{type(error).__name__}: {error}"
-        outcome.memory.skip_reason, outcome.memory.detail = SkipReason.FAILED, f"{type(error).__name__}: {error}"
+            source.skip_reason, source.detail = SkipReason.FAILED, describe(error)
+        outcome.memory.skip_reason, outcome.memory.detail = SkipReason.FAILED, describe(error)
     outcome.durations["total"] = time.perf_counter() - started
     return outcome
 
@@ -184,7 +201,7 @@ def _provider_timeout(
     target = fold_target(turns)
     if not spec.enabled:
         source.skip_reason, source.detail = SkipReason.DISABLED, "the provider is disabled"
-    elif not should_inject(spec.trigger, turns):
+    elif not spec.trigger_expression and not should_inject(spec.trigger, turns):
         source.skip_reason, source.detail = SkipReason.NOT_TRIGGERED, "its trigger did not fire"
     elif target < 0:
         source.skip_reason, source.detail = SkipReason.NO_USER_MESSAGE, "the conversation has no user message"
@@ -197,6 +214,28 @@ def _provider_timeout(
     return None
 
 
+async def _ask_provider(spec: ProviderSpec, timeout: float, provide: ProvideText, customizer: Customizer) -> str:
+    if spec.trigger_expression and not await customizer.trigger(spec.trigger_expression):
+        raise _NotTriggered
+    return await provide(spec, timeout)
+
+
+def _memory_renderer(request: MemoryRequest, customizer: Customizer) -> RenderEntries:
+    if request.format_template:
+        template = request.format_template
+
+        async def render_template(entries: tuple[RetrievedEntry, ...]) -> str:
+            return await customizer.render(template, entries)
+
+        return render_template
+    named = NAMED_FORMATS[request.format]
+
+    async def render_named(entries: tuple[RetrievedEntry, ...]) -> str:
+        return named(entries)
+
+    return render_named
+
+
 async def _timed(source: SourceOutcome, started: float, timeout: float | None, work: Awaitable):
     """Run one source's work within `timeout`; on failure, record why on `source` and return None."""
     try:
@@ -205,9 +244,12 @@ async def _timed(source: SourceOutcome, started: float, timeout: float | None, w
     except TimeoutError:
         source.skip_reason = SkipReason.TIMEOUT
         source.detail = f"no answer within {timeout:.3f}s"
+    except _NotTriggered:
+        source.skip_reason = SkipReason.NOT_TRIGGERED
+        source.detail = "its trigger expression returned false"
     except Exception as error:  # noqa: BLE001 - fail open: one source failing leaves only it out.
         source.skip_reason = SkipReason.FAILED
-        source.detail = str(error) if isinstance(error, SourceFailed) else f"{type(error).__name__}: {error}"
+        source.detail = describe(error)
         logger.warning("source=<%s>, reason=<%s> | source failed | leaving it out", source.source, source.detail)
     finally:
         source.duration = time.perf_counter() - started

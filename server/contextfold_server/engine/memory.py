@@ -15,6 +15,7 @@ from typing import Protocol
 
 from .conversation import Role, Turn, injected_entry_ids, latest_index
 from .entries import RetrievedEntry, rank_across_stores
+from .format import MemoryFormat
 from .query import adaptive_query
 from .trigger import Trigger, should_inject
 
@@ -50,6 +51,25 @@ class MemoryRequest:
     min_score: float | None = None
     priority: int = 0
     max_tokens: int = 0
+    # The caller's customizations: a CEL trigger and query, a format or a template.
+    trigger_expression: str = ""
+    query_expression: str = ""
+    format: MemoryFormat = MemoryFormat.XML
+    format_template: str = ""
+
+
+class Customizer(Protocol):
+    """The port to the caller's customizations, bound to one request's context.
+
+    Each raises an exception whose message says what went wrong; the source
+    it serves is then left out, and the call goes on.
+    """
+
+    async def trigger(self, expression: str) -> bool: ...
+
+    async def query(self, expression: str) -> str: ...
+
+    async def render(self, template: str, entries: Sequence[RetrievedEntry]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -105,22 +125,29 @@ class _Stages:
         self.mark = now
 
 
-async def retrieve_memory(turns: Sequence[Turn], request: MemoryRequest, search: MemorySearch) -> MemoryOutcome:
-    """The entries to inject for one model call. Raises only what the search raises."""
+async def retrieve_memory(
+    turns: Sequence[Turn], request: MemoryRequest, search: MemorySearch, customizer: Customizer
+) -> MemoryOutcome:
+    """The entries to inject for one model call. Raises what the search or a customization raises."""
     outcome = MemoryOutcome()
     stages = _Stages(outcome.durations)
     if request.max_entries == 0:
         return outcome.skip(SkipReason.DISABLED, "memory.max_entries is 0")
-    fired = should_inject(request.trigger, turns)
+    if request.trigger_expression:
+        fired = await customizer.trigger(request.trigger_expression)
+        reason = "the trigger expression returned false"
+    else:
+        fired = should_inject(request.trigger, turns)
+        reason = "the last message is not a fresh user ask" if request.trigger is Trigger.USER_TURN else ""
     stages.done("trigger")
     if not fired:
-        return outcome.skip(SkipReason.NOT_TRIGGERED, "the last message is not a fresh user ask")
+        return outcome.skip(SkipReason.NOT_TRIGGERED, reason)
     target_index = latest_index(turns, Role.USER)
     if target_index < 0:
         return outcome.skip(SkipReason.NO_USER_MESSAGE, "the conversation has no user message to fold into")
     if any(ref.holds(MEMORY_SOURCE) for ref in turns[target_index].injected):
         return outcome.skip(SkipReason.ALREADY_INJECTED, f"message {target_index} already carries a memory block")
-    query = _resolve_query(turns, request)
+    query = await _resolve_query(turns, request, customizer)
     stages.done("query")
     if query is None:
         return outcome.skip(SkipReason.NO_QUERY, "no text to search with in the latest relevant message")
@@ -147,9 +174,12 @@ async def retrieve_memory(turns: Sequence[Turn], request: MemoryRequest, search:
     return outcome
 
 
-def _resolve_query(turns: Sequence[Turn], request: MemoryRequest) -> str | None:
-    """The caller's query when given (blank means skip), else none when the caller's
-    vector is the query, else the adaptive query."""
+async def _resolve_query(turns: Sequence[Turn], request: MemoryRequest, customizer: Customizer) -> str | None:
+    """What the caller's query expression returns, or the caller's query (blank means skip,
+    either way); else none when the caller's vector is the query; else the adaptive query."""
+    if request.query_expression:
+        query = await customizer.query(request.query_expression)
+        return query if query.strip() else None
     if request.query:
         return request.query if request.query.strip() else None
     if request.query_vector:

@@ -10,23 +10,24 @@ well-formed. Optionally the region is one coalesced block instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from .conversation import Turn
 from .entries import RetrievedEntry
+from .failures import describe
 from .fold import fold_target, separated, shows_text
-from .format import format_memory_block
 from .memory import MEMORY_SOURCE, SkipReason
 
 COALESCED_SOURCE = "coalesced"
 
 TokenCounter = Callable[[str], int]
+RenderEntries = Callable[[tuple[RetrievedEntry, ...]], Awaitable[str]]
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A source's offer: a provider's text, or memory's entries, best first."""
+    """A source's offer: a provider's text, or memory's entries (best first) and how to render them."""
 
     source: str
     priority: int
@@ -34,18 +35,15 @@ class Candidate:
     order: int
     text: str = ""
     entries: tuple[RetrievedEntry, ...] = ()
+    render_entries: RenderEntries | None = None
     max_tokens: int = 0
 
-    @property
-    def is_memory(self) -> bool:
-        return self.source == MEMORY_SOURCE
-
-    def render(self) -> str:
-        return format_memory_block(self.entries) if self.is_memory else self.text
+    async def render(self) -> str:
+        return self.text if self.render_entries is None else await self.render_entries(self.entries)
 
     def yield_one(self) -> Candidate | None:
         """This offer with the least of it given up: memory's lowest-ranked entry, or all of a provider's text."""
-        if self.is_memory and len(self.entries) > 1:
+        if self.render_entries is not None and len(self.entries) > 1:
             return replace(self, entries=self.entries[:-1])
         return None
 
@@ -69,7 +67,20 @@ class RegionPlan:
     total_tokens: int = 0
 
 
-def plan_region(
+class _Renderings:
+    """Each offer rendered once per size: a budget may ask for the same rendering again."""
+
+    def __init__(self) -> None:
+        self._texts: dict[tuple[str, int], str] = {}
+
+    async def text(self, candidate: Candidate) -> str:
+        key = (candidate.source, len(candidate.entries))
+        if key not in self._texts:
+            self._texts[key] = await candidate.render()
+        return self._texts[key]
+
+
+async def plan_region(
     turns: Sequence[Turn],
     candidates: Sequence[Candidate],
     *,
@@ -83,24 +94,33 @@ def plan_region(
             plan.dropped[candidate.source] = (SkipReason.NO_USER_MESSAGE, "the conversation has no user message")
         return plan
     follows_text = shows_text(turns[plan.target_index])
+    renderings = _Renderings()
 
     kept = []
     for candidate in sorted(candidates, key=lambda c: (-c.priority, c.order)):
-        fitted = _within_own_cap(candidate, count_tokens)
+        try:
+            fitted = await _within_own_cap(candidate, renderings, count_tokens)
+            blank = fitted is not None and not (await renderings.text(fitted)).strip()
+        except Exception as error:  # noqa: BLE001 - a rendering that fails leaves only its source out.
+            plan.dropped[candidate.source] = (SkipReason.FAILED, describe(error))
+            continue
         if fitted is None:
             plan.dropped[candidate.source] = (
                 SkipReason.OVER_BUDGET,
                 f"its text is over its own cap of {candidate.max_tokens} tokens",
             )
+        elif blank:
+            plan.dropped[candidate.source] = (SkipReason.EMPTY_TEXT, "its text is blank")
         else:
             kept.append(fitted)
 
     while kept:
-        blocks = _blocks(kept, follows_text, coalesce)
+        texts = [await renderings.text(candidate) for candidate in kept]
+        blocks = _blocks(kept, texts, follows_text, coalesce)
         total = sum(count_tokens(block.text) for block in blocks)
         if not max_tokens or total <= max_tokens:
             plan.blocks, plan.kept, plan.total_tokens = blocks, kept, total
-            plan.tokens = {candidate.source: count_tokens(candidate.render()) for candidate in kept}
+            plan.tokens = {candidate.source: count_tokens(text) for candidate, text in zip(kept, texts, strict=True)}
             return plan
         lowest = kept[-1]
         smaller = lowest.yield_one()
@@ -115,22 +135,29 @@ def plan_region(
     return plan
 
 
-def _within_own_cap(candidate: Candidate, count_tokens: TokenCounter) -> Candidate | None:
+async def _within_own_cap(
+    candidate: Candidate, renderings: _Renderings, count_tokens: TokenCounter
+) -> Candidate | None:
     current: Candidate | None = candidate
-    while current is not None and candidate.max_tokens and count_tokens(current.render()) > candidate.max_tokens:
+    while (
+        current is not None
+        and candidate.max_tokens
+        and count_tokens(await renderings.text(current)) > candidate.max_tokens
+    ):
         current = current.yield_one()
     return current
 
 
-def _blocks(kept: Sequence[Candidate], follows_text: bool, coalesce: bool) -> list[PlannedBlock]:
-    memory_ids = tuple(entry.id for candidate in kept if candidate.is_memory for entry in candidate.entries)
+def _blocks(kept: Sequence[Candidate], texts: Sequence[str], follows_text: bool, coalesce: bool) -> list[PlannedBlock]:
+    memory_ids = tuple(
+        entry.id for candidate in kept if candidate.source == MEMORY_SOURCE for entry in candidate.entries
+    )
     if coalesce:
-        joined = "\n\n".join(candidate.render() for candidate in kept)
         sources = tuple(candidate.source for candidate in kept)
-        return [PlannedBlock(COALESCED_SOURCE, separated(joined, follows_text), memory_ids, sources)]
-    blocks = []
-    for index, candidate in enumerate(kept):
-        text = separated(candidate.render(), follows_text or index > 0)
-        entry_ids = tuple(entry.id for entry in candidate.entries)
-        blocks.append(PlannedBlock(candidate.source, text, entry_ids))
-    return blocks
+        return [PlannedBlock(COALESCED_SOURCE, separated("\n\n".join(texts), follows_text), memory_ids, sources)]
+    return [
+        PlannedBlock(
+            candidate.source, separated(text, follows_text or index > 0), tuple(e.id for e in candidate.entries)
+        )
+        for index, (candidate, text) in enumerate(zip(kept, texts, strict=True))
+    ]

@@ -68,6 +68,10 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        3,
+        f"ALTER TABLE {SCHEMA}.providers ADD COLUMN trigger_expression text NOT NULL DEFAULT ''",
+    ),
 ]
 
 

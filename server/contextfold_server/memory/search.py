@@ -80,7 +80,14 @@ class MemorySearcher:
                 vector_field="memory.query_vector",
             )
             entries = [
-                RetrievedEntry(id=r.memory.id, store=r.memory.store, content=r.memory.content, score=r.score)
+                RetrievedEntry(
+                    id=r.memory.id,
+                    store=r.memory.store,
+                    content=r.memory.content,
+                    score=r.score,
+                    metadata=r.memory.metadata,
+                    created_at=r.memory.create_time,
+                )
                 for r in results
             ]
             return SearchResult(entries=entries, durations=durations)

@@ -16,7 +16,8 @@ import grpc
 from contextfold.v1 import provider_pb2
 from google.protobuf.message import DecodeError
 
-from ..engine.injection import ProviderSpec, ProvideText, SourceFailed
+from ..engine.failures import SourceFailed
+from ..engine.injection import ProviderSpec, ProvideText
 
 PROVIDE_METHOD = "/contextfold.v1.ContextProvider/Provide"
 

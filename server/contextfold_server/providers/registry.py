@@ -25,7 +25,10 @@ from ..memory.schema import SCHEMA
 logger = logging.getLogger(__name__)
 
 CHANNEL = "contextfold_providers"
-_COLUMNS = "name, target, trigger, priority, timeout_ms, max_tokens, enabled, seq, create_time, update_time"
+_COLUMNS = (
+    "name, target, trigger, trigger_expression, priority, timeout_ms, max_tokens, enabled, seq,"
+    " create_time, update_time"
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class ProviderRecord:
     name: str
     target: str
     trigger: Trigger
+    trigger_expression: str
     priority: int
     timeout_ms: int
     max_tokens: int
@@ -49,6 +53,7 @@ class ProviderRecord:
         return ProviderSpec(
             name=self.name,
             trigger=self.trigger,
+            trigger_expression=self.trigger_expression,
             priority=self.priority,
             order=self.seq,
             timeout=self.timeout_ms / 1000,
@@ -64,9 +69,10 @@ class ProviderRepository:
     async def register(self, namespace: str, fields: dict[str, Any]) -> ProviderRecord:
         async with self._database.connection() as conn, conn.transaction():
             cursor = await conn.execute(
-                f"INSERT INTO {SCHEMA}.providers (namespace, name, target, trigger, priority, timeout_ms, max_tokens,"
-                " enabled) VALUES (%(namespace)s, %(name)s, %(target)s, %(trigger)s, %(priority)s, %(timeout_ms)s,"
-                f" %(max_tokens)s, %(enabled)s) ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
+                f"INSERT INTO {SCHEMA}.providers (namespace, name, target, trigger, trigger_expression, priority,"
+                " timeout_ms, max_tokens, enabled) VALUES (%(namespace)s, %(name)s, %(target)s, %(trigger)s,"
+                " %(trigger_expression)s, %(priority)s, %(timeout_ms)s, %(max_tokens)s, %(enabled)s)"
+                f" ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
                 {**fields, "namespace": namespace, "trigger": fields["trigger"].value},
             )
             row = await cursor.fetchone()

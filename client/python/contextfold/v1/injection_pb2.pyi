@@ -19,6 +19,13 @@ class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIGGER_USER_TURN: _ClassVar[Trigger]
     TRIGGER_EVERY_TURN: _ClassVar[Trigger]
 
+class Format(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FORMAT_UNSPECIFIED: _ClassVar[Format]
+    FORMAT_XML: _ClassVar[Format]
+    FORMAT_BULLETS: _ClassVar[Format]
+    FORMAT_MARKDOWN: _ClassVar[Format]
+
 class SkipReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SKIP_REASON_UNSPECIFIED: _ClassVar[SkipReason]
@@ -35,6 +42,10 @@ class SkipReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 TRIGGER_UNSPECIFIED: Trigger
 TRIGGER_USER_TURN: Trigger
 TRIGGER_EVERY_TURN: Trigger
+FORMAT_UNSPECIFIED: Format
+FORMAT_XML: Format
+FORMAT_BULLETS: Format
+FORMAT_MARKDOWN: Format
 SKIP_REASON_UNSPECIFIED: SkipReason
 SKIP_REASON_NOT_TRIGGERED: SkipReason
 SKIP_REASON_NO_QUERY: SkipReason
@@ -48,7 +59,7 @@ SKIP_REASON_TIMEOUT: SkipReason
 SKIP_REASON_OVER_BUDGET: SkipReason
 
 class MemoryOptions(_message.Message):
-    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens")
+    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template")
     STORES_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +68,9 @@ class MemoryOptions(_message.Message):
     QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     stores: _containers.RepeatedScalarFieldContainer[str]
     max_entries: int
     query: str
@@ -65,7 +79,10 @@ class MemoryOptions(_message.Message):
     query_vector: _containers.RepeatedScalarFieldContainer[float]
     priority: int
     max_tokens: int
-    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    query_expression: str
+    format: Format
+    format_template: str
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("id", "name")
@@ -76,7 +93,7 @@ class Agent(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class InjectRequest(_message.Message):
-    __slots__ = ("messages", "trigger", "memory", "app_state", "agent", "providers", "max_tokens", "coalesce")
+    __slots__ = ("messages", "trigger", "memory", "app_state", "agent", "providers", "max_tokens", "coalesce", "trigger_expression")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +102,7 @@ class InjectRequest(_message.Message):
     PROVIDERS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COALESCE_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
     trigger: Trigger
     memory: MemoryOptions
@@ -93,7 +111,8 @@ class InjectRequest(_message.Message):
     providers: _containers.RepeatedScalarFieldContainer[str]
     max_tokens: int
     coalesce: bool
-    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., providers: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., coalesce: _Optional[bool] = ...) -> None: ...
+    trigger_expression: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., providers: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., coalesce: _Optional[bool] = ..., trigger_expression: _Optional[str] = ...) -> None: ...
 
 class SourceReport(_message.Message):
     __slots__ = ("source", "injected", "skip_reason", "detail", "priority", "tokens", "duration")

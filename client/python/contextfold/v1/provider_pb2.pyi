@@ -33,7 +33,7 @@ class ProvideResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
 class Provider(_message.Message):
-    __slots__ = ("name", "target", "trigger", "priority", "timeout", "max_tokens", "enabled", "create_time", "update_time")
+    __slots__ = ("name", "target", "trigger", "priority", "timeout", "max_tokens", "enabled", "create_time", "update_time", "trigger_expression")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class Provider(_message.Message):
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     name: str
     target: str
     trigger: _injection_pb2.Trigger
@@ -52,7 +53,8 @@ class Provider(_message.Message):
     enabled: bool
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., trigger: _Optional[_Union[_injection_pb2.Trigger, str]] = ..., priority: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tokens: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    trigger_expression: str
+    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., trigger: _Optional[_Union[_injection_pb2.Trigger, str]] = ..., priority: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tokens: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trigger_expression: _Optional[str] = ...) -> None: ...
 
 class RegisterProviderRequest(_message.Message):
     __slots__ = ("provider",)

@@ -1,0 +1,74 @@
+"""The server's side of the sandbox: a few worker processes, each killed and replaced when it overruns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import struct
+import sys
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">I")
+
+
+class SandboxError(Exception):
+    """An expression or template failed, ran past its time, or took its worker down; the message says which."""
+
+
+class Sandbox:
+    def __init__(self, workers: int = 2, time_limit: float = 0.25) -> None:
+        self.time_limit = time_limit
+        self._size = workers
+        self._idle: asyncio.Queue[asyncio.subprocess.Process] = asyncio.Queue()
+
+    async def start(self) -> None:
+        for _ in range(self._size):
+            self._idle.put_nowait(await self._spawn())
+
+    async def close(self) -> None:
+        while not self._idle.empty():
+            worker = self._idle.get_nowait()
+            worker.kill()
+            await worker.wait()
+
+    @staticmethod
+    async def _spawn() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "contextfold_server.customize.worker",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+
+    async def run(self, kind: str, source: str, data: dict[str, Any]) -> Any:
+        """Run a `trigger` or `query` expression, or a `format` template, on `data`."""
+        payload = pickle.dumps((kind, source, data))
+        worker = await self._idle.get()
+        try:
+            async with asyncio.timeout(self.time_limit):
+                worker.stdin.write(_HEADER.pack(len(payload)) + payload)
+                await worker.stdin.drain()
+                (size,) = _HEADER.unpack(await worker.stdout.readexactly(_HEADER.size))
+                ok, value = pickle.loads(await worker.stdout.readexactly(size))
+        except TimeoutError:
+            worker = await self._replace(worker)
+            raise SandboxError(f"ran past its time limit of {self.time_limit * 1000:.0f} ms") from None
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            worker = await self._replace(worker)
+            raise SandboxError(f"its worker died: {type(error).__name__}") from None
+        finally:
+            self._idle.put_nowait(worker)
+        if not ok:
+            raise SandboxError(value)
+        return value
+
+    async def _replace(self, worker: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+        if worker.returncode is None:
+            worker.kill()
+        await worker.wait()
+        logger.warning("reason=<overrun or crash> | sandbox worker replaced")
+        return await self._spawn()
