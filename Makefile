@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
 SERVER_READY := $(VENV)/.server-installed
 DEV_READY := $(VENV)/.dev-installed
+BENCH_READY := $(VENV)/.bench-installed
 
 .PHONY: install run test proto lint format bench clean
 
@@ -21,6 +22,10 @@ $(DEV_READY): $(SERVER_READY)
 	$(PIP) -e client/python -e '.[dev]'
 	touch $@
 
+$(BENCH_READY): $(DEV_READY)
+	$(PIP) -e client/python -e '.[dev,bench]'
+	touch $@
+
 install: $(DEV_READY)
 
 ## run: start the server on localhost:50051 (embedded Postgres, local model). ARGS="--port 6000" to change.
@@ -31,9 +36,10 @@ run: $(SERVER_READY)
 test: $(DEV_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## bench: time Inject's fan-out (memory and two 100 ms providers) against a real server.
-bench: $(DEV_READY)
+## bench: Inject's fan-out (memory and two 100 ms providers) on a real server; CEL libraries compared.
+bench: $(BENCH_READY)
 	$(BIN)/python -m bench.fanout
+	$(BIN)/python -m bench.cel_libraries
 
 ## proto: regenerate the checked-in stubs from protos/.
 proto: $(DEV_READY)
