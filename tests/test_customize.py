@@ -215,6 +215,12 @@ def test_a_template_sees_id_metadata_and_created_at(client: Client, make_store) 
         ({"format_template": "{% for e in entries %}"}, "memory.format_template", "not a valid template"),
         ({"format_template": "{{ e.content }", "format": "bullets"}, "memory.format_template", "not both"),
         ({"format_template": "x" * 20000}, "memory.format_template", "at most 16384"),
+        (
+            {"format_template": "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}"},
+            "memory.format_template",
+            "nested too deeply",
+        ),
+        ({"trigger_expression": "(" * 500 + "true" + ")" * 500}, "trigger_expression", "recursion limit"),
     ],
 )
 def test_expressions_and_templates_that_do_not_compile_are_invalid_argument(
@@ -247,6 +253,8 @@ RESOURCE_EXHAUSTION = [
     ("{% for i in range(10000) %}{{ 'x' * 60 }}{% endfor %}", "output over 65536 characters"),
     ("{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}", "time limit"),
     ("{% for e in entries %}{{ e.missing }}{% endfor %}", "UndefinedError"),
+    ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+    ("{{ lipsum(100000) }}", "time limit"),
 ]
 EXPRESSIONS_FAILING = [
     ({"trigger_expression": "app_state.recallEnabled == true"}, "Key not found"),

@@ -73,6 +73,8 @@ def compile_template(source: str):
         return environment().from_string(source)
     except TemplateSyntaxError as error:
         raise ValueError(f"line {error.lineno}: {error.message}") from None
+    except RecursionError:
+        raise ValueError("it is nested too deeply to compile") from None
 
 
 def check_template(source: str, field: str) -> str:
