@@ -300,3 +300,35 @@ def test_after_all_that_the_server_still_serves(server, client: Client, stores) 
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     result = client.inject([user("theme?")], stores=stores, query_vector=TOWARD_PREFS, format="bullets", max_entries=1)
     assert memory_text(result) == "\n\n- User prefers dark mode"
+
+
+def test_a_run_given_up_midway_leaves_no_stale_answer_for_the_next() -> None:
+    import asyncio
+
+    from contextfold_server.customize.sandbox import Sandbox
+
+    slow = "app_state.s.split('').map(c, app_state.s + app_state.s).size() > 0"
+    context = {
+        "messages": [],
+        "app_state": {"s": "x" * 20000, "flag": True},
+        "agent": {},
+        "is_user_turn": True,
+        "latest_user_text": "",
+        "latest_assistant_text": "",
+        "message_count": 0,
+    }
+
+    async def scenario() -> list[bool]:
+        sandbox = Sandbox(workers=1, time_limit=5.0)
+        await sandbox.start()
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(sandbox.run("trigger", slow, context), 0.1)
+            answers = []
+            for flag in (False, True, False):
+                answers.append(await sandbox.run("trigger", "app_state.flag", {**context, "app_state": {"flag": flag}}))
+            return answers
+        finally:
+            await sandbox.close()
+
+    assert asyncio.run(scenario()) == [False, True, False]

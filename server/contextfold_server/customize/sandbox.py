@@ -23,12 +23,14 @@ class Sandbox:
         self.time_limit = time_limit
         self._size = workers
         self._idle: asyncio.Queue[asyncio.subprocess.Process] = asyncio.Queue()
+        self._respawning: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         for _ in range(self._size):
             self._idle.put_nowait(await self._spawn())
 
     async def close(self) -> None:
+        await asyncio.gather(*self._respawning, return_exceptions=True)
         while not self._idle.empty():
             worker = self._idle.get_nowait()
             worker.kill()
@@ -48,27 +50,37 @@ class Sandbox:
         """Run a `trigger` or `query` expression, or a `format` template, on `data`."""
         payload = pickle.dumps((kind, source, data))
         worker = await self._idle.get()
+        answered = False
         try:
             async with asyncio.timeout(self.time_limit):
                 worker.stdin.write(_HEADER.pack(len(payload)) + payload)
                 await worker.stdin.drain()
                 (size,) = _HEADER.unpack(await worker.stdout.readexactly(_HEADER.size))
                 ok, value = pickle.loads(await worker.stdout.readexactly(size))
+            answered = True
         except TimeoutError:
-            worker = await self._replace(worker)
             raise SandboxError(f"ran past its time limit of {self.time_limit * 1000:.0f} ms") from None
         except (asyncio.IncompleteReadError, ConnectionError) as error:
-            worker = await self._replace(worker)
             raise SandboxError(f"its worker died: {type(error).__name__}") from None
         finally:
-            self._idle.put_nowait(worker)
+            # A worker that did not answer, for whatever reason (its time ran out, it died, or the
+            # caller gave up), may still owe a reply: it is replaced, never handed to the next caller.
+            if answered:
+                self._idle.put_nowait(worker)
+            else:
+                self._replace(worker)
         if not ok:
             raise SandboxError(value)
         return value
 
-    async def _replace(self, worker: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+    def _replace(self, worker: asyncio.subprocess.Process) -> None:
         if worker.returncode is None:
             worker.kill()
+        logger.warning("reason=<overrun, crash or cancellation> | sandbox worker replaced")
+        task = asyncio.get_running_loop().create_task(self._respawn(worker))
+        self._respawning.add(task)
+        task.add_done_callback(self._respawning.discard)
+
+    async def _respawn(self, worker: asyncio.subprocess.Process) -> None:
         await worker.wait()
-        logger.warning("reason=<overrun or crash> | sandbox worker replaced")
-        return await self._spawn()
+        self._idle.put_nowait(await self._spawn())
