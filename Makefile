@@ -45,10 +45,11 @@ bench: $(BENCH_READY)
 proto: $(DEV_READY)
 	$(BIN)/python scripts/gen_protos.py
 
-## lint: ruff, buf lint, and a check that the stubs are current.
+## lint: ruff, mypy on the client package, buf lint, and a check that the stubs are current.
 lint: $(DEV_READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy client/python/contextfold
 	$(BIN)/buf lint
 	$(BIN)/python scripts/gen_protos.py --check
 

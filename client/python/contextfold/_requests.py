@@ -18,7 +18,7 @@ _FORMATS = {
     "bullets": injection_pb2.FORMAT_BULLETS,
     "markdown": injection_pb2.FORMAT_MARKDOWN,
 }
-_TRIGGERS = {
+_TRIGGERS: dict[str, injection_pb2.Trigger] = {
     "user_turn": injection_pb2.TRIGGER_USER_TURN,
     "every_turn": injection_pb2.TRIGGER_EVERY_TURN,
 }
@@ -38,7 +38,7 @@ def struct(value: Mapping[str, Any] | None) -> struct_pb2.Struct | None:
     return converted
 
 
-def trigger_value(name: str) -> int:
+def trigger_value(name: str) -> injection_pb2.Trigger:
     if name not in _TRIGGERS:
         raise ValueError(f"unknown trigger {name!r}: expected one of {', '.join(_TRIGGERS)}")
     return _TRIGGERS[name]

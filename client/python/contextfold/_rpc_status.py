@@ -14,7 +14,9 @@ from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_fa
 _F = descriptor_pb2.FieldDescriptorProto
 
 
-def _field(name: str, number: int, kind: int, label: int = _F.LABEL_OPTIONAL, type_name: str = "") -> _F:
+def _field(
+    name: str, number: int, kind: int, label: int = _F.LABEL_OPTIONAL, type_name: str = ""
+) -> descriptor_pb2.FieldDescriptorProto:
     field = _F(name=name, number=number, type=kind, label=label)
     if type_name:
         field.type_name = type_name

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from .client import Client, default_target
 from .convert import dumps, loads
@@ -24,8 +25,8 @@ def _print_json(value: Any) -> None:
     print(json.dumps(loads(dumps(value)), indent=2, ensure_ascii=False))
 
 
-def _proto_json(message) -> dict[str, Any]:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+def _proto_json(message: Message) -> dict[str, Any]:
+    return dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
 
 
 def _scope(args: argparse.Namespace) -> dict[str, str] | None:

@@ -63,7 +63,9 @@ class _ProviderServicer(provider_pb2_grpc.ContextProviderServicer):
     def __init__(self, provide: ProvideFunction) -> None:
         self._provide = provide
 
-    async def Provide(self, request: provider_pb2.ProvideRequest, context: grpc.aio.ServicerContext):
+    async def Provide(
+        self, request: provider_pb2.ProvideRequest, context: grpc.aio.ServicerContext
+    ) -> provider_pb2.ProvideResponse:
         provide_context = ProvideContext(
             messages=from_proto_messages(request.messages),
             app_state=json_format.MessageToDict(request.app_state),
