@@ -42,7 +42,9 @@ def remote_embedding_server(tmp_path, postgres: Postgres, embeddings_api: FakeEm
         embeddings_api.base_url,
         "--openai-model",
         "fake-embed-1",
-        env={"CONTEXTFOLD_OPENAI_API_KEY": "sk-test-key"},
+        "--sandbox-workers",
+        "1",
+        env={"CONTEXTFOLD_OPENAI_API_KEY": "sk-test-key", "CONTEXTFOLD_SANDBOX_TIME_LIMIT_MS": "40"},
     )
     yield process
     assert process.stop() == 0, process.log()
@@ -104,3 +106,17 @@ def test_injection_fails_open_when_the_database_stops_mid_run(tmp_path, postgres
     finally:
         assert process.stop() == 0, process.log()
     assert "Traceback" not in process.log()
+
+
+def test_the_sandbox_time_limit_is_the_operators_to_set(remote_embedding_server: ServerProcess) -> None:
+    slow = "app_state.s.split('').map(c, app_state.s + app_state.s).join('')"
+    conversation = [user("anything")]
+    with Client(remote_embedding_server.address) as cf:
+        cf.create_store("notes")
+        cf.add_memories("notes", ["the garage door code is blue"])
+        result = cf.inject(conversation, query_expression=slow, app_state={"s": "x" * 5000})
+        after = cf.inject([user("what is the garage door code")], query_expression="latest_user_text")
+
+    assert result.messages == conversation
+    assert result.report.detail == "the query expression failed: ran past its time limit of 40 ms"
+    assert after.report.injected, "the one worker was replaced and serves the next call"

@@ -55,6 +55,8 @@ class Config:
     openai_model: str
     openai_api_key: str
     grace_seconds: float
+    sandbox_workers: int
+    sandbox_time_limit: float
     log_level: str
 
 
@@ -78,6 +80,18 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser.add_argument("--openai-base-url", default=env("CONTEXTFOLD_OPENAI_BASE_URL", "https://api.openai.com/v1"))
     parser.add_argument("--openai-model", default=env("CONTEXTFOLD_OPENAI_MODEL", "text-embedding-3-small"))
     parser.add_argument("--grace-seconds", type=float, default=float(env("CONTEXTFOLD_GRACE_SECONDS", "10")))
+    parser.add_argument(
+        "--sandbox-workers",
+        type=int,
+        default=int(env("CONTEXTFOLD_SANDBOX_WORKERS", "2")),
+        help="processes that run callers' expressions and templates",
+    )
+    parser.add_argument(
+        "--sandbox-time-limit-ms",
+        type=int,
+        default=int(env("CONTEXTFOLD_SANDBOX_TIME_LIMIT_MS", "250")),
+        help="how long one expression or template may run before its worker is replaced",
+    )
     parser.add_argument("--log-level", default=env("CONTEXTFOLD_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     return Config(
@@ -91,6 +105,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         # A key on the command line would show in `ps`: it comes from the environment only.
         openai_api_key=env("CONTEXTFOLD_OPENAI_API_KEY", ""),
         grace_seconds=args.grace_seconds,
+        sandbox_workers=max(1, args.sandbox_workers),
+        sandbox_time_limit=max(1, args.sandbox_time_limit_ms) / 1000,
         log_level=args.log_level,
     )
 
@@ -118,7 +134,7 @@ async def serve(config: Config) -> None:
     channels = ProviderChannels()
     directory = ProviderDirectory(providers, database_url, on_refresh=channels.keep_only)
     await directory.start()
-    sandbox = Sandbox()
+    sandbox = Sandbox(workers=config.sandbox_workers, time_limit=config.sandbox_time_limit)
     await sandbox.start()
     embedder = await embedder_loading
     searcher = MemorySearcher(store, embedder)

@@ -9,6 +9,8 @@ import struct
 import sys
 from typing import Any
 
+from .worker import READY
+
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
@@ -38,13 +40,17 @@ class Sandbox:
 
     @staticmethod
     async def _spawn() -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+        """A worker that has loaded its engines and said it is ready."""
+        worker = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "contextfold_server.customize.worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
+        if await worker.stdout.readexactly(len(READY)) != READY:
+            raise RuntimeError("the sandbox worker did not start")
+        return worker
 
     async def run(self, kind: str, source: str, data: dict[str, Any]) -> Any:
         """Run a `trigger` or `query` expression, or a `format` template, on `data`."""

@@ -19,6 +19,7 @@ from .templates import render_template
 
 MEMORY_LIMIT = 1024 * 1024 * 1024
 _HEADER = struct.Struct(">I")
+READY = b"R"
 
 
 def serve(stdin, stdout) -> None:
@@ -42,7 +43,10 @@ def serve(stdin, stdout) -> None:
 
 if __name__ == "__main__":
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    # Load both engines before the first request, not during it.
+    # Load both engines before the first request, not during it, then say so: a
+    # request's time limit must not pay for this process starting.
     expressions.environment()
     templates.environment()
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
     serve(sys.stdin.buffer, sys.stdout.buffer)
