@@ -89,4 +89,11 @@ class Sandbox:
 
     async def _respawn(self, worker: asyncio.subprocess.Process) -> None:
         await worker.wait()
-        self._idle.put_nowait(await self._spawn())
+        while True:
+            try:
+                self._idle.put_nowait(await self._spawn())
+                return
+            except (OSError, RuntimeError, asyncio.IncompleteReadError) as error:
+                # The pool must heal: a worker that cannot start now is tried again.
+                logger.error("reason=<%s> | sandbox worker failed to start | retrying in 1s", error)
+                await asyncio.sleep(1.0)
