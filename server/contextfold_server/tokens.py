@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 
-TOKENIZER = "cl100k_base"
-
 
 @functools.cache
 def _encoding():
