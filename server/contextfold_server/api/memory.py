@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import grpc
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
-from google.protobuf import json_format
 
 from ..embedding import Embedder
 from ..errors import FieldViolation, InvalidArgument, NotFound
 from ..memory.search import MemorySearcher
-from ..memory.store import NewMemory, PostgresMemoryStore
+from ..memory.store import NewMemory, PostgresMemoryStore, Scope
 from .caller import caller_namespace
 from .convert import (
     check_memory_id,
@@ -70,7 +72,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             raise InvalidArgument.of("memories", "must hold at least one entry")
         if len(request.memories) > MAX_BATCH:
             raise InvalidArgument.of("memories", f"holds {len(request.memories)} entries; at most {MAX_BATCH}")
-        self._check_new_memories(request.memories)
+        checked = self._check_new_memories(request.memories)
         stores = await self._store.get_stores(caller_namespace(context), [request.store])
         if request.store not in stores:
             raise NotFound("store", request.store)
@@ -80,27 +82,30 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 content=memory.content,
                 vector=vector,
                 id=memory.id,
-                metadata=struct_to_dict(memory.metadata),
-                scope=scope_from_proto(memory, f"memories[{index}]"),
+                metadata=metadata,
+                scope=scope,
             )
-            for index, (memory, vector) in enumerate(zip(request.memories, vectors, strict=True))
+            for memory, vector, (metadata, scope) in zip(request.memories, vectors, checked, strict=True)
         ]
         records = await self._store.add_memories(caller_namespace(context), request.store, new)
         return memory_pb2.AddMemoriesResponse(memories=[memory_to_proto(r) for r in records])
 
     @staticmethod
-    def _check_new_memories(memories) -> None:
+    def _check_new_memories(memories) -> list[tuple[dict[str, Any], Scope]]:
+        """Each entry's metadata and scope, once every entry has been checked."""
         violations: list[FieldViolation] = []
+        checked: list[tuple[dict[str, Any], Scope]] = []
         seen: dict[str, int] = {}
         for index, memory in enumerate(memories):
             if not memory.content.strip():
                 violations.append(FieldViolation(f"memories[{index}].content", "must not be blank"))
             elif "\x00" in memory.content:
                 violations.append(FieldViolation(f"memories[{index}].content", "must not contain NUL characters"))
-            if "\\u0000" in json_format.MessageToJson(memory.metadata):
+            metadata = struct_to_dict(memory.metadata)
+            if "\\u0000" in json.dumps(metadata):
                 violations.append(FieldViolation(f"memories[{index}].metadata", "must not contain NUL characters"))
             try:
-                scope_from_proto(memory, f"memories[{index}]")
+                checked.append((metadata, scope_from_proto(memory, f"memories[{index}]")))
             except InvalidArgument as error:
                 violations.extend(error.violations)
             if memory.id:
@@ -119,6 +124,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 violations.extend(error.violations)
         if violations:
             raise InvalidArgument(*violations)
+        return checked
 
     async def _vectors_for(self, memories, dimension: int) -> list[list[float]]:
         """The caller's vectors where given; the embedder's for the rest, in one batch."""

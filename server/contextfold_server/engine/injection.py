@@ -131,7 +131,7 @@ async def inject(
         calls = [
             (spec, source, timeout)
             for spec, source in providers
-            if (timeout := _provider_timeout(turns, spec, source, budget)) is not None
+            if (timeout := _provider_timeout(turns, outcome.target_index, spec, source, budget)) is not None
         ]
         memory, *texts = await asyncio.gather(
             _timed(memory_source, started, budget, retrieve_memory(turns, request.memory, search, customizer)),
@@ -195,10 +195,9 @@ async def inject(
 
 
 def _provider_timeout(
-    turns: Sequence[Turn], spec: ProviderSpec, source: SourceOutcome, budget: float | None
+    turns: Sequence[Turn], target: int, spec: ProviderSpec, source: SourceOutcome, budget: float | None
 ) -> float | None:
     """How long to give a provider, or None (with the reason on `source`) when it is not to be asked."""
-    target = fold_target(turns)
     if not spec.enabled:
         source.skip_reason, source.detail = SkipReason.DISABLED, "the provider is disabled"
     elif not spec.trigger_expression and not should_inject(spec.trigger, turns):
