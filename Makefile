@@ -8,8 +8,10 @@ PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
 SERVER_READY := $(VENV)/.server-installed
 DEV_READY := $(VENV)/.dev-installed
 BENCH_READY := $(VENV)/.bench-installed
+TS := client/typescript
+TS_READY := $(TS)/node_modules/.installed
 
-.PHONY: install run test proto lint format bench clean
+.PHONY: install run test proto proto-baseline lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,14 +28,19 @@ $(BENCH_READY): $(DEV_READY)
 	$(PIP) -e client/python -e '.[dev,bench]'
 	touch $@
 
-install: $(DEV_READY)
+# The TypeScript package's tools and its tests' dependencies (the npm registry, once).
+$(TS_READY): $(TS)/package.json $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(DEV_READY) $(TS_READY)
 
 ## run: start the server on localhost:50051 (embedded Postgres, local model). ARGS="--port 6000" to change.
 run: $(SERVER_READY)
 	HF_HUB_OFFLINE=1 $(BIN)/contextfold serve $(ARGS)
 
-## test: the whole suite against real servers, Postgres and the model.
-test: $(DEV_READY)
+## test: the whole suite against real servers, Postgres and the model (TypeScript's tests included).
+test: $(DEV_READY) $(TS_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: Inject's fan-out (memory and two 100 ms providers) on a real server; CEL libraries compared.
@@ -41,16 +48,22 @@ bench: $(BENCH_READY)
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.cel_libraries
 
-## proto: regenerate the checked-in stubs from protos/.
-proto: $(DEV_READY)
+## proto: regenerate the checked-in Python and TypeScript stubs from protos/.
+proto: $(DEV_READY) $(TS_READY)
 	$(BIN)/python scripts/gen_protos.py
 
-## lint: ruff, mypy on the client package, buf lint, and a check that the stubs are current.
-lint: $(DEV_READY)
+## proto-baseline: record the contract as published, for `buf breaking` (when a release ships).
+proto-baseline: $(DEV_READY)
+	$(BIN)/buf build --exclude-source-info -o protos/v1.image.json
+
+## lint: ruff, mypy and tsc on the clients, buf lint and breaking, and a check that the stubs are current.
+lint: $(DEV_READY) $(TS_READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy client/python/contextfold
+	cd $(TS) && npm run --silent build && npm run --silent typecheck
 	$(BIN)/buf lint
+	$(BIN)/buf breaking --against protos/v1.image.json
 	$(BIN)/python scripts/gen_protos.py --check
 
 format: $(DEV_READY)
@@ -58,4 +71,4 @@ format: $(DEV_READY)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(TS)/node_modules $(TS)/dist

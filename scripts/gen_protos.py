@@ -1,8 +1,11 @@
-"""Generate the Python stubs for the protos in `protos/` into the client package.
+"""Generate the stubs for the protos in `protos/` into the client packages.
 
-The stubs are checked in and never edited by hand. `--check` regenerates them
-into a scratch folder and fails when the result differs from what is checked
-in, so a proto change without `make proto` cannot land.
+Python (grpc_tools) goes to `client/python/contextfold/v1`; TypeScript (buf with
+protoc-gen-es, configured in `client/typescript/buf.gen.yaml`) to
+`client/typescript/src/gen`. The stubs are checked in and never edited by hand.
+`--check` regenerates them into a scratch folder and fails when the result
+differs from what is checked in, so a proto change without `make proto` cannot
+land. The TypeScript generator comes from the package's node_modules (`npm ci`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -20,9 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
 PACKAGE_ROOT = ROOT / "client" / "python"
 GENERATED = PACKAGE_ROOT / "contextfold" / "v1"
+TYPESCRIPT = ROOT / "client" / "typescript"
+TYPESCRIPT_GENERATED = TYPESCRIPT / "src" / "gen"
+BUF = Path(sys.executable).parent / "buf"
 
 
 def generate(out_root: Path) -> Path:
+    out_root.mkdir(parents=True, exist_ok=True)
     protos = sorted(str(path.relative_to(PROTOS)) for path in PROTOS.rglob("*.proto"))
     well_known = Path(protoc.__file__).parent / "_proto"
     status = protoc.main(
@@ -43,8 +51,14 @@ def generate(out_root: Path) -> Path:
     return package
 
 
-def differences(left: Path, right: Path) -> list[str]:
-    names = {p.name for p in left.glob("*.py*")} | {p.name for p in right.glob("*.py*")}
+def generate_typescript(out_root: Path) -> Path:
+    """Run buf generate with the package's template, writing under `out_root`; returns the `src/gen` there."""
+    subprocess.run([str(BUF), "generate", "--output", str(out_root)], cwd=TYPESCRIPT, check=True)
+    return out_root / "src" / "gen"
+
+
+def differences(left: Path, right: Path, pattern: str) -> list[str]:
+    names = {str(path.relative_to(root)) for root in (left, right) for path in root.glob(pattern)}
     return sorted(
         name
         for name in names
@@ -59,9 +73,12 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="fail when the checked-in stubs are stale")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        fresh = generate(Path(scratch))
+        fresh = generate(Path(scratch) / "python")
+        fresh_typescript = generate_typescript(Path(scratch) / "typescript")
         if args.check:
-            stale = differences(fresh, GENERATED)
+            stale = differences(fresh, GENERATED, "*.py*") + differences(
+                fresh_typescript, TYPESCRIPT_GENERATED, "**/*.ts"
+            )
             if stale:
                 sys.exit(f"generated stubs are stale, run `make proto`: {', '.join(stale)}")
             print("generated stubs are current")
@@ -72,7 +89,9 @@ def main() -> None:
         for new in fresh.iterdir():
             if new.is_file():
                 shutil.copy2(new, GENERATED / new.name)
-    print(f"generated stubs in {GENERATED.relative_to(ROOT)}")
+        shutil.rmtree(TYPESCRIPT_GENERATED, ignore_errors=True)
+        shutil.copytree(fresh_typescript, TYPESCRIPT_GENERATED)
+    print(f"generated stubs in {GENERATED.relative_to(ROOT)} and {TYPESCRIPT_GENERATED.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

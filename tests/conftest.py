@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from contextfold import Client, NotFound
@@ -22,6 +24,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def client(server: ServerProcess) -> Iterator[Client]:
     with Client(server.address, timeout=30) as cf:
         yield cf
+
+
+TYPESCRIPT = Path(__file__).resolve().parent.parent / "client" / "typescript"
+
+
+def run_in_typescript_package(*command: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    """Run a command in client/typescript; fail with its output unless it succeeds."""
+    done = subprocess.run(command, cwd=TYPESCRIPT, capture_output=True, text=True, timeout=timeout, env=env)
+    assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def typescript_package() -> Path:
+    """client/typescript, installed (`make test` runs `npm ci`; a bare pytest run does it here) and built."""
+    if not (TYPESCRIPT / "node_modules" / ".package-lock.json").exists():
+        run_in_typescript_package("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+    run_in_typescript_package("npm", "run", "build")
+    return TYPESCRIPT
 
 
 def unique(prefix: str) -> str:

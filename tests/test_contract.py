@@ -40,3 +40,20 @@ def test_importing_the_client_loads_nothing_of_the_server() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_a_breaking_change_to_the_protos_fails_the_breaking_check(tmp_path: Path) -> None:
+    buf = str(Path(sys.executable).parent / "buf")
+    assert subprocess.run([buf, "breaking", "--against", "protos/v1.image.json"], cwd=ROOT).returncode == 0
+
+    changed = tmp_path / "protos"
+    shutil.copytree(ROOT / "protos", changed)
+    memory = changed / "contextfold" / "v1" / "memory.proto"
+    memory.write_text(memory.read_text().replace("string session_id = 3;", "string session = 3;", 1))
+    check = subprocess.run(
+        [buf, "breaking", str(changed), "--against", str(ROOT / "protos" / "v1.image.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode != 0
+    assert 'Field "3" with name "session" on message "Scope" changed option "json_name"' in check.stdout + check.stderr

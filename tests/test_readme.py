@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -35,3 +36,58 @@ def test_the_customize_section_shows_the_example_and_exactly_what_it_prints(serv
 
     assert run.returncode == 0, run.stderr
     assert run.stdout == blocks(customize, "text")[0]
+
+
+def test_from_any_language_typescript_and_python_run_as_printed_and_print_the_same(
+    server, typescript_package: Path
+) -> None:
+    text = section("From any language")
+    typescript_example = typescript_package / "examples" / "inject.ts"
+    python_example = ROOT / "examples" / "inject.py"
+    assert blocks(text, "ts")[0] == typescript_example.read_text()
+    assert blocks(text, "python")[0] == python_example.read_text()
+    commands = blocks(text, "sh")
+    assert commands[0] == "cd client/typescript && npm ci && npm run build\nnpx tsx examples/inject.ts\n"
+    assert commands[1] == ".venv/bin/python examples/inject.py\n"
+    env = {**os.environ, "CONTEXTFOLD_ADDRESS": server.address}
+
+    typescript = subprocess.run(
+        ["npx", "tsx", "examples/inject.ts"],
+        cwd=typescript_package,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    python = subprocess.run(
+        [sys.executable, str(python_example)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert typescript.returncode == 0, typescript.stderr
+    assert python.returncode == 0, python.stderr
+    assert typescript.stdout == python.stdout == blocks(text, "text")[0]
+
+
+def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
+    text = section("From any language")
+    command = blocks(text, "sh")[2].replace("localhost:50051", server.address)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "inject.py")],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
+    )
+
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
+
+    assert done.returncode == 0, done.stderr
+    response = json.loads(done.stdout)
+    assert response["messages"] == json.loads(blocks(text, "json")[0])["messages"]
+    assert [entry["id"] for entry in response["report"]["entries"]] == ["ada-theme"]

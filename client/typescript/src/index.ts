@@ -1,0 +1,35 @@
+/**
+ * contextfold's TypeScript client: typed stubs generated from the protos, converters between
+ * agents' message data and contextfold's messages, errors with their details, and a provider server.
+ * The Strands Agents integrations are in `@contextfold/client/strands`.
+ */
+export {
+  ContextfoldClient,
+  DEFAULT_ADDRESS,
+  defaultAddress,
+  injectRequest,
+  type ClientOptions,
+  type InjectOptions,
+  type InjectResult,
+  type ScopeData,
+} from "./client.js";
+export {
+  blockFromProto,
+  blockToProto,
+  dumps,
+  fromProtoMessages,
+  loads,
+  renderBlock,
+  renderForModel,
+  toProtoMessages,
+  type BlockData,
+  type DataValue,
+  type InjectedBlockData,
+  type MessageData,
+} from "./convert.js";
+export { ContextfoldError, decodingErrors, type FieldViolation, type ResourceRef, type StatusName } from "./errors.js";
+export { escapeXml, startProvider, type ProvideContext, type ProvideFunction, type ProviderServer } from "./provider.js";
+export * from "./gen/contextfold/v1/conversation_pb.js";
+export * from "./gen/contextfold/v1/injection_pb.js";
+export * from "./gen/contextfold/v1/memory_pb.js";
+export * from "./gen/contextfold/v1/provider_pb.js";

@@ -1,0 +1,123 @@
+/** The TypeScript client against a live contextfold server: unary calls, errors with details, deadlines. */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  ContextfoldError,
+  fromProtoMessages,
+  renderForModel,
+  SkipReason,
+  startProvider,
+  toProtoMessages,
+  type MessageData,
+} from "../src/index.js";
+import { Fixture, unique } from "./support.js";
+
+const fixture = new Fixture();
+const { cf } = fixture;
+let prefs = "";
+
+before(async () => {
+  prefs = await fixture.store("prefs", [
+    { content: "User prefers dark mode in every editor" },
+    { content: "User likes the Solarized theme" },
+    { content: "User's dog is called Pixel" },
+  ]);
+});
+after(() => fixture.close());
+
+test("unary calls: entries are added, searched and injected", async () => {
+  const [hit] = (await cf.memory.searchMemories({ query: "what is my dog's name", stores: [prefs], maxResults: 1 }))
+    .results;
+  assert.equal(hit.memory?.content, "User's dog is called Pixel");
+
+  const { messages, report } = await cf.inject([{ role: "user", content: [{ text: "Which editor theme should I pick?" }] }], {
+    stores: [prefs],
+    maxEntries: 2,
+  });
+  assert.equal(report.injected, true);
+  assert.equal(report.query, "Which editor theme should I pick?");
+  assert.equal(report.targetMessageIndex, 0);
+  const expected =
+    `\n\n<memory>\n<entry source="${prefs}">User prefers dark mode in every editor</entry>\n` +
+    `<entry source="${prefs}">User likes the Solarized theme</entry>\n</memory>`;
+  assert.deepEqual(messages[0].content[1], {
+    injected: { source: "memory", text: expected, entryIds: report.entries.map((entry) => entry.id) },
+  });
+  assert.deepEqual(renderForModel(messages)[0].content, [{ text: "Which editor theme should I pick?" }, { text: expected }]);
+});
+
+test("a Strands conversation goes through the service and back unchanged, bytes and all", async () => {
+  const conversation: MessageData[] = [
+    { role: "user", content: [{ text: "What is in this picture?" }, { image: { format: "png", source: { bytes: new Uint8Array([137, 80, 78, 71, 0, 255]) } } }] },
+    {
+      role: "assistant",
+      content: [
+        { reasoning: { text: "Look it up.", signature: "sig" } },
+        { text: "Let me look up the dog's name." },
+        { toolUse: { name: "lookup", toolUseId: "t1", input: { query: "dog", limit: 3 } } },
+      ],
+      trackingId: "m-2",
+    },
+    { role: "user", content: [{ toolResult: { toolUseId: "t1", status: "success", content: [{ json: { found: ["Pixel"] } }] } }, { cachePoint: { cacheType: "default" } }] },
+  ];
+  assert.deepEqual(fromProtoMessages(toProtoMessages(conversation)), conversation);
+  const kinds = toProtoMessages(conversation).map((message) => message.content.map((block) => block.block.case));
+  assert.deepEqual(kinds, [["text", "image"], ["reasoning", "text", "toolUse"], ["toolResult", "rawJson"]]);
+
+  const { messages, report } = await cf.inject(conversation, { stores: [prefs], trigger: "everyTurn", maxEntries: 1 });
+  assert.equal(report.targetMessageIndex, 2);
+  assert.deepEqual(messages.slice(0, 2), conversation.slice(0, 2));
+  assert.deepEqual(messages[2].content.slice(0, 2), conversation[2].content);
+  assert.equal(messages[2].content.length, 3);
+});
+
+test("an error carries its status and details", async () => {
+  await assert.rejects(cf.memory.searchMemories({ query: "  " }), (error: unknown) => {
+    assert.ok(error instanceof ContextfoldError);
+    assert.equal(error.status, "INVALID_ARGUMENT");
+    assert.deepEqual(
+      error.fieldViolations.map((violation) => violation.field),
+      ["query"],
+    );
+    return true;
+  });
+  const missing = unique("no-such-memory");
+  await assert.rejects(cf.memory.getMemory({ id: missing }), (error: unknown) => {
+    assert.ok(error instanceof ContextfoldError);
+    assert.equal(error.status, "NOT_FOUND");
+    assert.deepEqual(error.resource, { type: "memory", name: missing });
+    return true;
+  });
+  await assert.rejects(cf.inject([{ role: "assistant", content: [{ text: "hi" }] }], { trigger: "sometimes" as "everyTurn" }), {
+    name: "TypeError",
+    message: "unknown trigger \"sometimes\": expected one of userTurn, everyTurn",
+  });
+});
+
+test("a deadline: the caller's timeout reaches the providers, and one too short fails the call", async () => {
+  let toldMs: number | undefined;
+  const slow = await startProvider(async (context) => {
+    toldMs = context.timeRemainingMs;
+    await sleep(5_000, undefined, { signal: context.signal }).catch(() => undefined);
+    return "<late/>";
+  });
+  const name = unique("slow-ts");
+  await cf.providers.registerProvider({ provider: { name, target: `127.0.0.1:${slow.port}` } });
+  try {
+    const { report } = await cf.inject([{ role: "user", content: [{ text: "hello" }] }], { stores: [prefs], providers: [name] }, { timeoutMs: 800 });
+    const source = report.sources.find((s) => s.source === name);
+    assert.equal(source?.skipReason, SkipReason.TIMEOUT);
+    assert.equal(report.injected, true);
+    assert.ok(toldMs !== undefined && toldMs < 800, `the provider was given ${toldMs} ms`);
+  } finally {
+    await cf.providers.deleteProvider({ name });
+    await slow.close();
+  }
+
+  await assert.rejects(cf.inject([{ role: "user", content: [{ text: "hello" }] }], { stores: [prefs] }, { timeoutMs: 1 }), (error: unknown) => {
+    assert.ok(error instanceof ContextfoldError);
+    assert.equal(error.status, "DEADLINE_EXCEEDED");
+    return true;
+  });
+});

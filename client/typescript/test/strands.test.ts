@@ -1,0 +1,253 @@
+/**
+ * A real Strands TypeScript `Agent` (@strands-agents/sdk 1.19) with contextfold's plugin and memory store.
+ *
+ * The agent's model is scripted: it answers from a list and records the exact input of every
+ * call, so each test asserts what the model saw.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import {
+  Agent,
+  InvocationTrigger,
+  MemoryManager,
+  Model,
+  ModelContentBlockDeltaEvent,
+  ModelContentBlockStartEvent,
+  ModelContentBlockStopEvent,
+  ModelExtractor,
+  ModelMessageStartEvent,
+  ModelMessageStopEvent,
+  tool,
+  type BaseModelConfig,
+  type Message,
+  type MessageData,
+  type ModelStreamEvent,
+  type StreamOptions,
+} from "@strands-agents/sdk";
+import type { InjectionReport } from "../src/index.js";
+import { ContextfoldMemoryStore, ContextInjection } from "../src/strands.js";
+import { address, closedPort, Fixture, silentServer, unique } from "./support.js";
+
+type Reply = string | { say?: string; tool: string; input: Record<string, unknown> } | ((system: string) => string);
+
+/** Answers each call with the next reply (text, a tool call, or a function of the system prompt), recording the input. */
+class ScriptedModel extends Model {
+  readonly inputs: MessageData[][] = [];
+  private config: BaseModelConfig = {};
+
+  constructor(private readonly replies: Reply[]) {
+    super();
+  }
+
+  updateConfig(config: BaseModelConfig): void {
+    this.config = { ...this.config, ...config };
+  }
+
+  getConfig(): BaseModelConfig {
+    return this.config;
+  }
+
+  async *stream(messages: Message[], options?: StreamOptions): AsyncIterable<ModelStreamEvent> {
+    this.inputs.push(messages.map((message) => message.toJSON()));
+    let reply = this.replies.shift();
+    if (reply === undefined) throw new Error("the script has no more replies");
+    if (typeof reply === "function") reply = reply(JSON.stringify(options?.systemPrompt ?? ""));
+    yield new ModelMessageStartEvent({ type: "modelMessageStartEvent", role: "assistant" });
+    const say = typeof reply === "string" ? reply : reply.say;
+    if (say !== undefined) {
+      yield new ModelContentBlockStartEvent({ type: "modelContentBlockStartEvent" });
+      yield new ModelContentBlockDeltaEvent({ type: "modelContentBlockDeltaEvent", delta: { type: "textDelta", text: say } });
+      yield new ModelContentBlockStopEvent({ type: "modelContentBlockStopEvent" });
+    }
+    if (typeof reply !== "string") {
+      const start = { type: "toolUseStart", name: reply.tool, toolUseId: unique("call") } as const;
+      yield new ModelContentBlockStartEvent({ type: "modelContentBlockStartEvent", start });
+      const input = { type: "toolUseInputDelta", input: JSON.stringify(reply.input) } as const;
+      yield new ModelContentBlockDeltaEvent({ type: "modelContentBlockDeltaEvent", delta: input });
+      yield new ModelContentBlockStopEvent({ type: "modelContentBlockStopEvent" });
+    }
+    const stopReason = typeof reply === "string" ? "endTurn" : "toolUse";
+    yield new ModelMessageStopEvent({ type: "modelMessageStopEvent", stopReason });
+  }
+}
+
+function texts(message: MessageData): string[] {
+  return message.content.flatMap((block) => ("text" in block ? [block.text] : []));
+}
+
+function kinds(message: MessageData): string[] {
+  return message.content.map((block) => Object.keys(block)[0]);
+}
+
+const fixture = new Fixture();
+const { cf } = fixture;
+let prefs = "";
+
+before(async () => {
+  prefs = await fixture.store("prefs", [
+    { content: "User prefers dark mode in every editor", userId: "ana" },
+    { content: "User likes the Solarized theme", userId: "ana" },
+    { content: "User edits code in vim", userId: "ana" },
+    { content: "Bob prefers light themes", userId: "bob" },
+  ]);
+});
+after(() => fixture.close());
+
+test("the model sees the memory block, and the agent's history stays as it was said", async () => {
+  const model = new ScriptedModel(["Solarized Dark, then.", "vim, as always."]);
+  const reports: InjectionReport[] = [];
+  const injection = new ContextInjection({
+    address,
+    stores: [prefs],
+    scope: { userId: "ana" },
+    maxEntries: 2,
+    onReport: (report) => reports.push(report),
+  });
+  const agent = new Agent({ model, plugins: [injection], printer: false });
+
+  const result = await agent.invoke("Which editor theme should I pick?");
+
+  assert.deepEqual(texts(result.lastMessage.toJSON()), ["Solarized Dark, then."]);
+  assert.deepEqual(texts(model.inputs[0].at(-1)!), [
+    "Which editor theme should I pick?",
+    `\n\n<memory>\n<entry source="${prefs}">User prefers dark mode in every editor</entry>\n` +
+      `<entry source="${prefs}">User likes the Solarized theme</entry>\n</memory>`,
+  ]);
+  assert.equal(reports[0].injected, true);
+  assert.equal(reports[0].query, "Which editor theme should I pick?");
+  assert.deepEqual(
+    agent.messages.map((message) => texts(message.toJSON())),
+    [["Which editor theme should I pick?"], ["Solarized Dark, then."]],
+  );
+
+  await agent.invoke("Which editor do I use?");
+  const second = model.inputs[1];
+  assert.deepEqual(texts(second[0]), ["Which editor theme should I pick?"]);
+  const [ask, memory] = texts(second.at(-1)!);
+  assert.equal(ask, "Which editor do I use?");
+  assert.match(memory, /User edits code in vim/);
+  assert.doesNotMatch(memory, /Bob/);
+});
+
+test("a tool-result turn is not a user turn, unless the trigger is everyTurn", async () => {
+  const weather = tool({
+    name: "weather",
+    description: "The weather in a city.",
+    inputSchema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    callback: () => "rain, 12C",
+  });
+  const say = "Let me check the weather, and what you like to wear.";
+  for (const trigger of ["userTurn", "everyTurn"] as const) {
+    const model = new ScriptedModel([{ say, tool: "weather", input: { city: "Lisbon" } }, "Take a coat."]);
+    const reports: InjectionReport[] = [];
+    const injection = new ContextInjection({
+      address,
+      stores: [prefs],
+      scope: { userId: "ana" },
+      trigger,
+      maxEntries: 1,
+      onReport: (report) => reports.push(report),
+    });
+    await new Agent({ model, tools: [weather], plugins: [injection], printer: false }).invoke("What should I wear?");
+
+    const [first, second] = model.inputs;
+    assert.match(texts(first.at(-1)!).at(-1)!, /^\n\n<memory>\n/);
+    if (trigger === "userTurn") {
+      assert.deepEqual(kinds(second.at(-1)!), ["toolResult"]);
+    } else {
+      assert.deepEqual(kinds(second.at(-1)!), ["toolResult", "text"]);
+      assert.deepEqual(
+        reports.map((report) => report.query),
+        ["What should I wear?", say],
+      );
+    }
+  }
+});
+
+for (const service of ["down", "hanging"] as const) {
+  test(`the agent works when the service is ${service}`, async () => {
+    const silent = await silentServer();
+    const port = service === "down" ? await closedPort() : silent.port;
+    const warnings: string[] = [];
+    const model = new ScriptedModel(["Hello!"]);
+    const injection = new ContextInjection({
+      address: `127.0.0.1:${port}`,
+      timeoutMs: 300,
+      logger: { warn: (message) => warnings.push(message) },
+    });
+    try {
+      const result = await new Agent({ model, plugins: [injection], printer: false }).invoke("Hi there");
+      assert.deepEqual(texts(result.lastMessage.toJSON()), ["Hello!"]);
+      assert.deepEqual(
+        model.inputs.map((messages) => messages.map(({ role, content }) => ({ role, content }))),
+        [[{ role: "user", content: [{ text: "Hi there" }] }]],
+      );
+      assert.equal(warnings.length, 1);
+      assert.match(warnings[0], /contextfold inject failed/);
+    } finally {
+      await silent.close();
+    }
+  });
+}
+
+test("the memory tools and extraction use the service", async () => {
+  const store = await fixture.store("notes");
+  const scope = { userId: unique("user") };
+  const notes = (options: Partial<ConstructorParameters<typeof ContextfoldMemoryStore>[0]> = {}) =>
+    new ContextfoldMemoryStore({ store, address, description: "Notes", scope, ...options });
+  const stored = async () =>
+    (await cf.memory.listMemories({ store, scope })).memories.map((memory) => memory.content).sort();
+
+  // add_memory writes through the service.
+  const writer = new ScriptedModel([{ tool: "add_memory", input: { entries: ["User's cat is named Miso"] } }, "Noted."]);
+  await new Agent({
+    model: writer,
+    memoryManager: new MemoryManager({ stores: [notes()], addToolConfig: true, injection: false }),
+    printer: false,
+  }).invoke("My cat is named Miso.");
+  assert.deepEqual(await stored(), ["User's cat is named Miso"]);
+
+  // search_memory, in another agent, reads it back: the model sees it in the tool result.
+  const reader = new ScriptedModel([{ tool: "search_memory", input: { query: "what is my cat called" } }, "Miso."]);
+  await new Agent({
+    model: reader,
+    memoryManager: new MemoryManager({ stores: [notes()], injection: false }),
+    printer: false,
+  }).invoke("What's my cat called?");
+  const result = JSON.stringify(reader.inputs[1].at(-1)!.content);
+  assert.match(result, /User's cat is named Miso/);
+  assert.match(result, new RegExp(store));
+
+  // Extraction distills each turn with the agent's model and stores the facts in the service,
+  // once each even when the same fact is extracted twice.
+  const extract = (system: string) => {
+    assert.match(system, /JSON array/);
+    return JSON.stringify([{ content: "User lives in Lisbon" }]);
+  };
+  const manager = new MemoryManager({
+    stores: [notes({ extraction: { trigger: [new InvocationTrigger()], extractor: new ModelExtractor() } })],
+    injection: false,
+  });
+  const agent = new Agent({
+    model: new ScriptedModel(["Lovely city.", extract, "Indeed.", extract]),
+    memoryManager: manager,
+    printer: false,
+  });
+  await agent.invoke("I live in Lisbon.");
+  await manager.flush();
+  await agent.invoke("Lisbon is sunny.");
+  await manager.flush();
+  assert.deepEqual(await stored(), ["User lives in Lisbon", "User's cat is named Miso"]);
+});
+
+test("an entry added twice is stored once, under the id the Python store gives it", async () => {
+  const store = await fixture.store("shared");
+  const notes = new ContextfoldMemoryStore({ store, address, scope: { userId: "ana" } });
+  const first = await notes.add("User likes tea", { topic: "drinks" });
+  assert.equal(await notes.add("User likes tea", { topic: "drinks" }), first);
+  assert.equal(first, await notes.entryId("User likes tea", { topic: "drinks" }));
+  assert.equal((await cf.memory.listMemories({ store })).memories.length, 1);
+  // tests/test_strands_python.py asserts the Python store derives this same id.
+  const shared = new ContextfoldMemoryStore({ store: "shared-notes", address, scope: { userId: "ana" } });
+  assert.equal(await shared.entryId("User likes tea", { topic: "drinks" }), "strands-2259686f58e2d1f61f0cf695152d9310");
+});

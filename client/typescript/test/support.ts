@@ -1,0 +1,54 @@
+/** What the TypeScript tests share: the live server's address, unique names, and stores that clean up. */
+import { randomUUID } from "node:crypto";
+import net from "node:net";
+import { ContextfoldClient } from "../src/index.js";
+
+export const address = process.env.CONTEXTFOLD_ADDRESS ?? "";
+if (!address) throw new Error("CONTEXTFOLD_ADDRESS must name a running contextfold server (make test sets it)");
+
+export function unique(prefix: string): string {
+  return `${prefix}-${randomUUID().slice(0, 8)}`;
+}
+
+/** A client, and stores made for one test file that are deleted when it is done. */
+export class Fixture {
+  readonly cf = new ContextfoldClient({ address, timeoutMs: 30_000 });
+  private readonly stores: string[] = [];
+
+  async store(prefix: string, contents: { content: string; userId?: string }[] = []): Promise<string> {
+    const name = unique(prefix);
+    await this.cf.memory.createStore({ store: { name } });
+    this.stores.push(name);
+    if (contents.length > 0) await this.cf.memory.addMemories({ store: name, memories: contents });
+    return name;
+  }
+
+  async close(): Promise<void> {
+    for (const name of this.stores) await this.cf.memory.deleteStore({ name, force: true });
+    this.cf.close();
+  }
+}
+
+/** A loopback port nothing listens on: a service that is down. */
+export async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A loopback port that accepts connections and never answers: a service that hangs. */
+export async function silentServer(): Promise<{ port: number; close: () => Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => sockets.add(socket));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,250 @@
+"""A real Strands Python `Agent` (strands-agents 1.62) with contextfold's plugin and memory store.
+
+The agent's model is scripted: it answers from a list and records the exact
+input of every call, so each test asserts what the model saw.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from contextfold import Client
+from contextfold.strands import ContextfoldMemoryStore, ContextInjection
+from strands import Agent, tool
+from strands.memory import InvocationTrigger, MemoryManager, ModelExtractor
+from strands.models.model import Model
+
+from .conftest import unique
+
+Reply = str | dict[str, Any] | Callable[[list[dict], str | None], str]
+
+
+class ScriptedModel(Model):
+    """Answers each call with the next reply (text, a tool call, or a function of the input), recording the input."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = list(replies)
+        self.inputs: list[list[dict]] = []
+        self.system_prompts: list[str | None] = []
+
+    def update_config(self, **model_config: Any) -> None:
+        pass
+
+    def get_config(self) -> dict:
+        return {}
+
+    async def structured_output(self, output_model, prompt, system_prompt=None, **kwargs):  # type: ignore[override]
+        raise NotImplementedError("the scripted model gives no structured output")
+        yield {}
+
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs) -> AsyncIterator[dict]:  # type: ignore[override]
+        self.inputs.append(copy.deepcopy(messages))
+        self.system_prompts.append(system_prompt)
+        reply = self.replies.pop(0)
+        if callable(reply):
+            reply = reply(messages, system_prompt)
+        yield {"messageStart": {"role": "assistant"}}
+        if isinstance(reply, dict):
+            if "say" in reply:
+                yield {"contentBlockStart": {"start": {}}}
+                yield {"contentBlockDelta": {"delta": {"text": reply["say"]}}}
+                yield {"contentBlockStop": {}}
+            use = {"toolUseId": unique("call"), "name": reply["tool"]}
+            yield {"contentBlockStart": {"start": {"toolUse": use}}}
+            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(reply["input"])}}}}
+            yield {"contentBlockStop": {}}
+            yield {"messageStop": {"stopReason": "tool_use"}}
+            return
+        yield {"contentBlockStart": {"start": {}}}
+        yield {"contentBlockDelta": {"delta": {"text": reply}}}
+        yield {"contentBlockStop": {}}
+        yield {"messageStop": {"stopReason": "end_turn"}}
+
+
+def texts(message: dict) -> list[str]:
+    return [block["text"] for block in message["content"] if "text" in block]
+
+
+@pytest.fixture
+def prefs(client: Client, make_store) -> str:
+    store = make_store("prefs")
+    client.add_memories(
+        store,
+        [
+            {"content": "User prefers dark mode in every editor", "user_id": "ana"},
+            {"content": "User likes the Solarized theme", "user_id": "ana"},
+            {"content": "User edits code in vim", "user_id": "ana"},
+            {"content": "Bob prefers light themes", "user_id": "bob"},
+        ],
+    )
+    return store
+
+
+def test_the_model_sees_the_memory_block_and_history_stays_clean(server, prefs: str) -> None:
+    model = ScriptedModel(["Solarized Dark, then.", "vim, as always."])
+    reports = []
+    injection = ContextInjection(
+        target=server.address, stores=[prefs], scope={"user_id": "ana"}, max_entries=2, on_report=reports.append
+    )
+    agent = Agent(model=model, plugins=[injection], callback_handler=None)
+
+    result = agent("Which editor theme should I pick?")
+
+    assert str(result).strip() == "Solarized Dark, then."
+    (first,) = model.inputs
+    assert texts(first[-1]) == [
+        "Which editor theme should I pick?",
+        f'\n\n<memory>\n<entry source="{prefs}">User prefers dark mode in every editor</entry>\n'
+        f'<entry source="{prefs}">User likes the Solarized theme</entry>\n</memory>',
+    ]
+    (report,) = reports
+    assert report.injected
+    assert report.query == "Which editor theme should I pick?"
+    assert [entry.store for entry in report.entries] == [prefs, prefs]
+    # The fold is per call: the agent's own conversation holds only what was said.
+    assert [texts(message) for message in agent.messages] == [
+        ["Which editor theme should I pick?"],
+        ["Solarized Dark, then."],
+    ]
+
+    agent("Which editor do I use?")
+    second = model.inputs[1]
+    assert texts(second[0]) == ["Which editor theme should I pick?"]
+    assert texts(second[-1])[0] == "Which editor do I use?"
+    assert "User edits code in vim" in texts(second[-1])[1]
+    assert "Bob" not in texts(second[-1])[1]
+
+
+def test_a_tool_result_turn_is_not_a_user_turn(server, prefs: str) -> None:
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "rain, 12C"
+
+    model = ScriptedModel([{"tool": "weather", "input": {"city": "Lisbon"}}, "Take a coat."])
+    agent = Agent(
+        model=model,
+        tools=[weather],
+        plugins=[ContextInjection(target=server.address, stores=[prefs], scope={"user_id": "ana"})],
+        callback_handler=None,
+    )
+
+    agent("What should I wear in Lisbon today?")
+
+    first, second = model.inputs
+    assert "<memory>" in texts(first[-1])[-1]
+    assert [list(block) for block in second[-1]["content"]] == [["toolResult"]]
+
+    # Every turn: the tool-result turn is searched with the assistant's last words.
+    say = "Let me check the weather, and what you like to wear."
+    model = ScriptedModel([{"say": say, "tool": "weather", "input": {"city": "Lisbon"}}, "Take a coat."])
+    reports = []
+    every_turn = ContextInjection(
+        target=server.address,
+        stores=[prefs],
+        scope={"user_id": "ana"},
+        trigger="every_turn",
+        max_entries=1,
+        on_report=reports.append,
+    )
+    Agent(model=model, tools=[weather], plugins=[every_turn], callback_handler=None)("What should I wear?")
+    assert [report.query for report in reports] == ["What should I wear?", say]
+    second = model.inputs[1]
+    assert [list(block) for block in second[-1]["content"]] == [["toolResult"], ["text"]]
+    assert second[-1]["content"][1]["text"].startswith("<memory>\n")
+
+
+@pytest.fixture
+def silent_port() -> Any:
+    """A port that accepts connections and never answers: a service that hangs."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("service", ["down", "hanging"])
+def test_the_agent_works_when_the_service_is_down_or_slow(service: str, silent_port: int, caplog) -> None:
+    address = f"127.0.0.1:{free_port() if service == 'down' else silent_port}"
+    model = ScriptedModel(["Hello!"])
+    agent = Agent(model=model, plugins=[ContextInjection(target=address, timeout=0.3)], callback_handler=None)
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="contextfold.strands"):
+        result = agent("Hi there")
+    elapsed = time.monotonic() - started
+
+    assert str(result).strip() == "Hello!"
+    assert model.inputs == [[{"role": "user", "content": [{"text": "Hi there"}]}]]
+    assert "contextfold inject failed" in caplog.text
+    # The user's timeout bounds the wait (the client's default would be 10 s).
+    assert elapsed < 5
+
+
+def test_memory_tools_and_extraction_use_the_service(server, client: Client, make_store) -> None:
+    store = make_store("notes")
+    scope = {"user_id": unique("user")}
+
+    def notes(**options: Any) -> ContextfoldMemoryStore:
+        return ContextfoldMemoryStore(store, target=server.address, description="Notes", scope=scope, **options)
+
+    # add_memory writes through the service.
+    writer = ScriptedModel([{"tool": "add_memory", "input": {"entries": ["User's cat is named Miso"]}}, "Noted."])
+    Agent(
+        model=writer,
+        memory_manager=MemoryManager(stores=[notes()], add_tool_config=True, injection=False),
+        callback_handler=None,
+    )("My cat is named Miso.")
+    stored = [memory.content for memory in client.list_memories(store, scope=scope)]
+    assert stored == ["User's cat is named Miso"]
+
+    # search_memory, in another agent, reads it back: the model sees it in the tool result.
+    reader = ScriptedModel([{"tool": "search_memory", "input": {"query": "what is my cat called"}}, "Miso."])
+    Agent(
+        model=reader,
+        memory_manager=MemoryManager(stores=[notes()], injection=False),
+        callback_handler=None,
+    )("What's my cat called?")
+    (result,) = [block["toolResult"] for block in reader.inputs[1][-1]["content"]]
+    found = json.loads(result["content"][0]["text"]) if "text" in result["content"][0] else result["content"][0]["json"]
+    assert [item["content"] for item in found] == ["User's cat is named Miso"]
+    assert found[0]["store_name"] == store
+
+    # Extraction distills the turn with the agent's model and stores the facts in the service,
+    # once each even when the same fact is extracted twice.
+    def extract(messages: list[dict], system_prompt: str | None) -> str:
+        assert "Return ONLY a JSON array" in (system_prompt or "")
+        return json.dumps([{"content": "User lives in Lisbon"}])
+
+    extractor = ScriptedModel(["Lovely city.", extract, "Indeed.", extract])
+    agent = Agent(
+        model=extractor,
+        memory_manager=MemoryManager(
+            stores=[notes(extraction={"trigger": [InvocationTrigger()], "extractor": ModelExtractor()})],
+            injection=False,
+        ),
+        callback_handler=None,
+    )
+    agent("I live in Lisbon.")
+    agent("Lisbon is sunny.")
+    stored = sorted(memory.content for memory in client.list_memories(store, scope=scope))
+    assert stored == ["User lives in Lisbon", "User's cat is named Miso"]
+
+
+def test_an_entry_id_is_the_one_the_typescript_store_derives() -> None:
+    store = ContextfoldMemoryStore("shared-notes", target="127.0.0.1:1", scope={"user_id": "ana"})
+    # client/typescript/test/strands.test.ts asserts the TypeScript store derives this same id.
+    assert store.entry_id("User likes tea", {"topic": "drinks"}) == "strands-2259686f58e2d1f61f0cf695152d9310"
