@@ -40,15 +40,24 @@ class ServerProcess:
         return self.process.returncode
 
 
+SERVE = (sys.executable, "-m", "contextfold.cli", "serve")
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def start_server(
-    log_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120.0
+    log_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120.0,
+    command: tuple[str, ...] = SERVE,
 ) -> ServerProcess:
     """Start `contextfold serve`, as `make run` does, on a free loopback port; wait until health says SERVING."""
     log = log_path.open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "contextfold.cli", "serve", "--host", "127.0.0.1", "--port", "0", *args],
+        [*command, "--host", "127.0.0.1", "--port", "0", "--admin-port", "0", *args],
         stdout=log,
         stderr=subprocess.STDOUT,
+        cwd=ROOT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
     deadline = time.monotonic() + timeout

@@ -1,4 +1,12 @@
-"""The connection pool every Postgres adapter shares; database failures become UNAVAILABLE."""
+"""The connection pool every Postgres adapter shares; database failures become UNAVAILABLE.
+
+Every connection is handed out for one namespace: it first names the namespace in
+the session (`contextfold.namespace`), which row-level security checks on every
+row read or written. Queries name the namespace too; the policies are the second
+line, holding even where a query forgot. When the login role would bypass the
+policies (a superuser, as with the embedded Postgres), connections act as the
+unprivileged service role.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from .errors import Unavailable
+from .memory.schema import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_security
 
 # Enough candidates per probe that filtered searches stay accurate, and pgvector
 # 0.8's iterative scan keeps probing when a scope filter discards candidates.
@@ -24,6 +33,8 @@ class Database:
         async def configure(conn: psycopg.AsyncConnection) -> None:
             await register_vector_async(conn)
             await conn.execute(_SEARCH_SETTINGS)
+            if await bypasses_row_security(conn):
+                await conn.execute(f"SET ROLE {SERVICE_ROLE}")
             await conn.commit()
 
         # A short wait for a connection: when the database is down, callers hear
@@ -37,22 +48,35 @@ class Database:
     async def close(self) -> None:
         await self._pool.close()
 
-    def connection(self) -> _Connection:
-        return _Connection(self._pool)
+    def connection(self, namespace: str) -> _Connection:
+        """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
+        return _Connection(self._pool, namespace)
+
+    def stats(self) -> dict[str, int]:
+        """The pool's size and use, for metrics."""
+        stats = self._pool.get_stats()
+        return {
+            "size": stats.get("pool_size", 0),
+            "available": stats.get("pool_available", 0),
+            "waiting": stats.get("requests_waiting", 0),
+            "max": self._pool.max_size,
+        }
 
 
 class _Connection:
-    """A pooled connection yielding dict rows."""
+    """A pooled connection yielding dict rows, acting for one namespace."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, namespace: str) -> None:
         self._context = pool.connection()
+        self._namespace = namespace
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         try:
             conn = await self._context.__aenter__()
+            conn.row_factory = dict_row
+            await conn.execute("SELECT set_config(%s, %s, false)", (NAMESPACE_SETTING, self._namespace))
         except (psycopg.Error, TimeoutError) as error:
             raise Unavailable(f"database unavailable: {error}") from error
-        conn.row_factory = dict_row
         return conn
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:

@@ -51,3 +51,27 @@ class FailedPrecondition(ServiceError):
 
 class Unavailable(ServiceError):
     """A dependency (the database, the embedder) cannot serve the call now; retrying may work."""
+
+
+class _WithReason(ServiceError):
+    """An error with a machine-readable reason (`google.rpc.ErrorInfo`)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class Unauthenticated(_WithReason):
+    """No API key, or one that is not valid."""
+
+
+class PermissionDenied(_WithReason):
+    """A valid key whose role may not make this call."""
+
+
+class ResourceExhausted(_WithReason):
+    """Over a limit: the message says which, and retrying later may work."""
+
+
+class Starting(_WithReason):
+    """The service is not ready yet (UNAVAILABLE): its database or model is still starting."""

@@ -1,8 +1,9 @@
 """The `contextfold` command: run the server, manage stores and memories, and inject.
 
-Every command but `serve` talks to a running server (`--address`, or
-CONTEXTFOLD_ADDRESS). Results print as JSON on stdout; errors print on stderr
-with the status and each bad field, and exit 1.
+Every command but `serve` and `keys` talks to a running server (`--address`, or
+CONTEXTFOLD_ADDRESS; `--api-key`, or CONTEXTFOLD_API_KEY). Results print as JSON
+on stdout; errors print on stderr with the status and each bad field, and exit 1.
+`serve` and `keys` (API keys, kept in the service's database) come with the server.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ def _add_scope_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session-id", default="")
 
 
-def _serve(args: argparse.Namespace, rest: Sequence[str]) -> int:
+def _server_command(command: str, rest: Sequence[str]) -> int:
     try:
-        from contextfold_server.process import main as serve_main
+        from contextfold_server import keys_cli, process
     except ImportError:
         print("error: the server is not installed here; install contextfold-server (see the README)", file=sys.stderr)
         return 1
-    serve_main(list(rest))
-    return 0
+    if command == "serve":
+        process.main(list(rest))
+        return 0
+    return keys_cli.main(list(rest))
 
 
 def _stores(args: argparse.Namespace, cf: Client) -> None:
@@ -151,9 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextfold", description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", default=default_target(), help="default: $CONTEXTFOLD_ADDRESS or localhost:50051")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    parser.add_argument("--api-key", default=None, help="default: $CONTEXTFOLD_API_KEY")
     commands = parser.add_subparsers(dest="command", required=True)
 
     commands.add_parser("serve", help="run the server (options: contextfold serve --help)", add_help=False)
+    commands.add_parser("keys", help="create, list and revoke API keys (contextfold keys --help)", add_help=False)
 
     stores = commands.add_parser("stores", help="create, list and delete stores")
     store_actions = stores.add_subparsers(dest="action", required=True)
@@ -227,12 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command == "serve":
-        return _serve(args, rest)
+    if args.command in ("serve", "keys"):
+        return _server_command(args.command, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        with Client(args.address, timeout=args.timeout) as cf:
+        with Client(args.address, timeout=args.timeout, api_key=args.api_key) as cf:
             {"stores": _stores, "memory": _memory, "providers": _providers, "inject": _inject}[args.command](args, cf)
     except ContextfoldError as error:
         print(f"error: {error}", file=sys.stderr)

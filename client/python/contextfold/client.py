@@ -29,6 +29,12 @@ def default_target() -> str:
     return os.environ.get("CONTEXTFOLD_ADDRESS", DEFAULT_TARGET)
 
 
+def _call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
+    """The metadata sent with every call: the API key (given, else CONTEXTFOLD_API_KEY), if any."""
+    key = api_key if api_key is not None else os.environ.get("CONTEXTFOLD_API_KEY", "")
+    return (("authorization", f"Bearer {key}"),) if key else ()
+
+
 Result = TypeVar("Result")
 
 
@@ -137,7 +143,9 @@ class _calls:
 class Client:
     """A blocking client. Use as a context manager, or call `close()`.
 
-    `timeout` is the default deadline, in seconds, for every call.
+    `timeout` is the default deadline, in seconds, for every call. `api_key` (else
+    CONTEXTFOLD_API_KEY) goes with every call; `credentials` (e.g.
+    `grpc.ssl_channel_credentials(...)`) makes the channel TLS.
     """
 
     def __init__(
@@ -147,8 +155,10 @@ class Client:
         timeout: float | None = 10.0,
         credentials: grpc.ChannelCredentials | None = None,
         channel: grpc.Channel | None = None,
+        api_key: str | None = None,
     ) -> None:
         target = target or default_target()
+        self._metadata = _call_metadata(api_key)
         self._channel = channel or (
             grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
         )
@@ -162,7 +172,7 @@ class Client:
     def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
         method = getattr(self._stubs[call.service], call.method)
         try:
-            return call.read(method(call.request, timeout=timeout or self.timeout))
+            return call.read(method(call.request, timeout=timeout or self.timeout, metadata=self._metadata))
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
@@ -251,8 +261,10 @@ class AsyncClient:
         timeout: float | None = 10.0,
         credentials: grpc.ChannelCredentials | None = None,
         channel: grpc.aio.Channel | None = None,
+        api_key: str | None = None,
     ) -> None:
         target = target or default_target()
+        self._metadata = _call_metadata(api_key)
         self._channel = channel or (
             grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
         )
@@ -266,7 +278,7 @@ class AsyncClient:
     async def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
         method = getattr(self._stubs[call.service], call.method)
         try:
-            return call.read(await method(call.request, timeout=timeout or self.timeout))
+            return call.read(await method(call.request, timeout=timeout or self.timeout, metadata=self._metadata))
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 

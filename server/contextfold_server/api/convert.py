@@ -27,6 +27,8 @@ from ..memory.store import MemoryRecord, Scope, StoreRecord, is_memory_id
 MAX_ENTRIES_LIMIT = 100
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+# A conversation longer than this is not one a model takes in a single call.
+MAX_MESSAGES = 2000
 
 # Store names are shown to the model in the `source` attribute, where they are
 # escaped; any printable text is allowed, so long as it has no edge spaces.
@@ -58,6 +60,8 @@ _SKIP_REASONS = {
 
 def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Turn]:
     """The engine's view of the conversation. Rejects what no agent would send."""
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidArgument.of("messages", f"holds {len(messages)} messages; the limit is {MAX_MESSAGES}")
     violations: list[FieldViolation] = []
     turns: list[Turn] = []
     for index, message in enumerate(messages):

@@ -10,7 +10,7 @@ from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
 from ..customize.context import RequestCustomizer
 from ..customize.sandbox import Sandbox
 from ..engine.injection import InjectionRequest, inject
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, Unavailable
 from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
@@ -49,7 +49,13 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         max_tokens = check_max_tokens(request.max_tokens, "max_tokens")
         if len(set(request.providers)) != len(request.providers):
             raise InvalidArgument.of("providers", "names a provider more than once")
-        providers, unknown = self._directory.select(namespace, request.providers)
+        try:
+            providers, unknown = await self._directory.select(namespace, request.providers)
+            missing = [(name, f"provider {name!r} is not registered") for name in unknown]
+        except Unavailable as error:
+            # Registrations this replica has not cached yet, and the database is down: fail open.
+            providers = []
+            missing = [(name, str(error)) for name in request.providers or ["providers"]]
 
         provide = provider_port(
             self._channels,
@@ -63,7 +69,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             InjectionRequest(
                 memory=memory,
                 providers=tuple(record.spec() for record in providers),
-                unknown_providers=tuple(unknown),
+                missing_providers=tuple(missing),
                 max_tokens=max_tokens,
                 coalesce=request.coalesce,
                 time_left=context.time_remaining(),

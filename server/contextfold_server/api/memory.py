@@ -30,6 +30,8 @@ from .convert import (
 from .status import reports_errors
 
 MAX_BATCH = 1000
+# An entry is a fact to recall, not a document: 16 KiB of text (the model reads the first 256 tokens).
+MAX_CONTENT_CHARS = 16_384
 MAX_SEARCH_RESULTS = 100
 
 
@@ -71,7 +73,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         if not request.memories:
             raise InvalidArgument.of("memories", "must hold at least one entry")
         if len(request.memories) > MAX_BATCH:
-            raise InvalidArgument.of("memories", f"holds {len(request.memories)} entries; at most {MAX_BATCH}")
+            raise InvalidArgument.of("memories", f"holds {len(request.memories)} entries; the limit is {MAX_BATCH}")
         checked = self._check_new_memories(request.memories)
         stores = await self._store.get_stores(caller_namespace(context), [request.store])
         if request.store not in stores:
@@ -101,6 +103,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 violations.append(FieldViolation(f"memories[{index}].content", "must not be blank"))
             elif "\x00" in memory.content:
                 violations.append(FieldViolation(f"memories[{index}].content", "must not contain NUL characters"))
+            elif len(memory.content) > MAX_CONTENT_CHARS:
+                violations.append(
+                    FieldViolation(
+                        f"memories[{index}].content",
+                        f"holds {len(memory.content)} characters; the limit is {MAX_CONTENT_CHARS}",
+                    )
+                )
             metadata = struct_to_dict(memory.metadata)
             if "\\u0000" in json.dumps(metadata):
                 violations.append(FieldViolation(f"memories[{index}].metadata", "must not contain NUL characters"))

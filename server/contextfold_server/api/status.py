@@ -18,7 +18,18 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ServiceError, Unavailable
+from ..errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    ServiceError,
+    Starting,
+    Unauthenticated,
+    Unavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +72,22 @@ def to_status(error: ServiceError) -> status_pb2.Status:
     elif isinstance(error, Unavailable):
         status.code = code_pb2.UNAVAILABLE
         status.details.append(_pack(error_details_pb2.ErrorInfo(reason="DEPENDENCY_UNAVAILABLE", domain=DOMAIN)))
+    elif isinstance(error, Unauthenticated | PermissionDenied | ResourceExhausted | Starting):
+        status.code = {
+            Unauthenticated: code_pb2.UNAUTHENTICATED,
+            PermissionDenied: code_pb2.PERMISSION_DENIED,
+            ResourceExhausted: code_pb2.RESOURCE_EXHAUSTED,
+            Starting: code_pb2.UNAVAILABLE,
+        }[type(error)]
+        status.details.append(_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN)))
     else:
         status.code = code_pb2.INTERNAL
     return status
+
+
+async def abort_with(context: grpc.aio.ServicerContext, error: ServiceError) -> None:
+    """End the call with `error`'s status and details."""
+    await context.abort_with_status(rpc_status.to_status(to_status(error)))
 
 
 def reports_errors(handler: Handler) -> Handler:
@@ -74,7 +98,7 @@ def reports_errors(handler: Handler) -> Handler:
         try:
             return await handler(self, request, context)
         except ServiceError as error:
-            await context.abort_with_status(rpc_status.to_status(to_status(error)))
+            await abort_with(context, error)
         except grpc.aio.AbortError:
             raise
         except Exception:

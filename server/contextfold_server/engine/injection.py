@@ -61,8 +61,9 @@ class _NotTriggered(Exception):
 class InjectionRequest:
     memory: MemoryRequest = field(default_factory=MemoryRequest)
     providers: tuple[ProviderSpec, ...] = ()
-    # Providers the caller named that are not registered.
-    unknown_providers: tuple[str, ...] = ()
+    # Providers that cannot be asked, each with why: named by the caller but not
+    # registered, or the registrations could not be read.
+    missing_providers: tuple[tuple[str, str], ...] = ()
     max_tokens: int = 0
     coalesce: bool = False
     # Seconds left before the caller gives up; None when it set no deadline.
@@ -120,8 +121,8 @@ async def inject(
         for spec in sorted(request.providers, key=lambda spec: (-spec.priority, spec.order))
     ]
     unknown = [
-        SourceOutcome(name, 0, skip_reason=SkipReason.FAILED, detail=f"provider {name!r} is not registered")
-        for name in request.unknown_providers
+        SourceOutcome(name, 0, skip_reason=SkipReason.FAILED, detail=detail)
+        for name, detail in request.missing_providers
     ]
     outcome = InjectionOutcome(
         target_index=fold_target(turns), sources=[memory_source, *(source for _, source in providers), *unknown]

@@ -10,8 +10,18 @@ nothing. Tables live in their own schema so contextfold can share a database.
 from __future__ import annotations
 
 import psycopg
+from psycopg import sql
 
 SCHEMA = "contextfold"
+
+# The role requests run as when the login role would bypass row-level security
+# (a superuser, or BYPASSRLS): no login, no privileges beyond the tables' rows.
+SERVICE_ROLE = "contextfold_service"
+
+# Every tenant's rows carry its namespace; the session setting names the namespace
+# a connection acts for, and row-level security shows and accepts only its rows.
+NAMESPACE_SETTING = "contextfold.namespace"
+_TENANT_TABLES = ("stores", "memories", "providers")
 
 # One advisory-lock key for everything that changes the schema (migrations and
 # per-dimension indexes), so replicas starting together never race.
@@ -72,7 +82,58 @@ MIGRATIONS: list[tuple[int, str]] = [
         3,
         f"ALTER TABLE {SCHEMA}.providers ADD COLUMN trigger_expression text NOT NULL DEFAULT ''",
     ),
+    (
+        4,
+        "".join(
+            f"""
+            ALTER TABLE {SCHEMA}.{table} ENABLE ROW LEVEL SECURITY;
+            ALTER TABLE {SCHEMA}.{table} FORCE ROW LEVEL SECURITY;
+            CREATE POLICY tenant_isolation ON {SCHEMA}.{table}
+                USING (namespace = current_setting('{NAMESPACE_SETTING}', true))
+                WITH CHECK (namespace = current_setting('{NAMESPACE_SETTING}', true));
+            """
+            for table in _TENANT_TABLES
+        )
+        + f"""
+        CREATE TABLE {SCHEMA}.api_keys (
+            id          text        PRIMARY KEY,
+            key_hash    bytea       NOT NULL UNIQUE,
+            namespace   text        NOT NULL,
+            role        text        NOT NULL CHECK (role IN ('agent', 'admin')),
+            description text        NOT NULL DEFAULT '',
+            create_time timestamptz NOT NULL DEFAULT now(),
+            revoke_time timestamptz
+        );
+        """,
+    ),
 ]
+
+
+async def bypasses_row_security(conn: psycopg.AsyncConnection) -> bool:
+    """Whether the login role skips row-level security (a superuser, or BYPASSRLS): then requests
+    must run as the service role for the policies to hold."""
+    cursor = await conn.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+    row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
+async def _grant_service_role(conn: psycopg.AsyncConnection) -> None:
+    """The service role, with what requests need (rows of the tables, the sequences), and no more."""
+    await conn.execute(
+        f"""
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SERVICE_ROLE}') THEN
+                CREATE ROLE {SERVICE_ROLE} NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+            END IF;
+        END $$;
+        GRANT {SERVICE_ROLE} TO current_user;
+        GRANT USAGE ON SCHEMA {SCHEMA} TO {SERVICE_ROLE};
+        GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{SCHEMA}.{t}" for t in _TENANT_TABLES)}
+            TO {SERVICE_ROLE};
+        GRANT SELECT ON {SCHEMA}.api_keys TO {SERVICE_ROLE};
+        GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {SERVICE_ROLE};
+        """
+    )
 
 
 async def migrate(conninfo: str) -> None:
@@ -93,6 +154,8 @@ async def migrate(conninfo: str) -> None:
                 async with conn.transaction():
                     await conn.execute(statements)
                     await conn.execute(f"INSERT INTO {SCHEMA}.migrations (version) VALUES (%s)", (version,))
+            if await bypasses_row_security(conn):
+                await _grant_service_role(conn)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
 
@@ -106,7 +169,14 @@ async def ensure_vector_index(conn: psycopg.AsyncConnection, dimension: int) -> 
     """
     dimension = int(dimension)
     await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+    # Requests may run as the service role, which owns nothing: the index is built as the login
+    # role, and the transaction goes on as the role it had.
+    cursor = await conn.execute("SELECT current_user AS role")
+    row = await cursor.fetchone()
+    role = row["role"] if isinstance(row, dict) else row[0]
+    await conn.execute("SET LOCAL ROLE NONE")
     await conn.execute(
         f"CREATE INDEX IF NOT EXISTS memories_hnsw_{dimension} ON {SCHEMA}.memories"
         f" USING hnsw ((embedding::vector({dimension})) vector_cosine_ops) WHERE dimension = {dimension}"
     )
+    await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))

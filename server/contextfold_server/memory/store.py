@@ -1,7 +1,7 @@
 """Stores and entries in Postgres, searched with pgvector.
 
-Every statement names the caller's namespace: no call reads or changes
-another namespace's rows.
+Every statement names the caller's namespace, and runs on a connection acting
+for it (row-level security): no call reads or changes another namespace's rows.
 """
 
 from __future__ import annotations
@@ -105,13 +105,13 @@ class PostgresMemoryStore:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def _connection(self):
-        return self._database.connection()
+    def _connection(self, namespace: str):
+        return self._database.connection(namespace)
 
     # Stores
 
     async def create_store(self, namespace: str, name: str, description: str, dimension: int) -> StoreRecord:
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"INSERT INTO {SCHEMA}.stores (namespace, name, description, dimension) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT DO NOTHING RETURNING name, description, dimension, create_time",
@@ -124,7 +124,7 @@ class PostgresMemoryStore:
             return StoreRecord(**row)
 
     async def list_stores(self, namespace: str, after: str, limit: int) -> list[StoreRecord]:
-        async with self._connection() as conn:
+        async with self._connection(namespace) as conn:
             cursor = await conn.execute(
                 f"SELECT s.name, s.description, s.dimension, s.create_time,"
                 f" (SELECT count(*) FROM {SCHEMA}.memories m WHERE m.namespace = s.namespace AND m.store = s.name)"
@@ -136,7 +136,7 @@ class PostgresMemoryStore:
 
     async def get_stores(self, namespace: str, names: Sequence[str]) -> dict[str, StoreRecord]:
         """The named stores that exist; every store of the namespace when `names` is empty."""
-        async with self._connection() as conn:
+        async with self._connection(namespace) as conn:
             cursor = await conn.execute(
                 f"SELECT name, description, dimension, create_time FROM {SCHEMA}.stores"
                 " WHERE namespace = %s AND (cardinality(%s::text[]) = 0 OR name = ANY(%s::text[]))",
@@ -145,7 +145,7 @@ class PostgresMemoryStore:
             return {row["name"]: StoreRecord(**row) for row in await cursor.fetchall()}
 
     async def delete_store(self, namespace: str, name: str, force: bool) -> int:
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"SELECT (SELECT count(*) FROM {SCHEMA}.memories WHERE namespace = %s AND store = %s) AS n"
                 f" FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s FOR UPDATE",
@@ -180,7 +180,7 @@ class PostgresMemoryStore:
             )
             for memory in memories
         ]
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection(namespace) as conn, conn.transaction():
             # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
             dimension = await _store_dimension(conn, namespace, store, lock="FOR SHARE")
             for index, memory in enumerate(memories):
@@ -255,12 +255,12 @@ class PostgresMemoryStore:
             "limit": limit,
             "max_distance": None if min_score is None else 1.0 - min_score,
         }
-        async with self._connection() as conn:
+        async with self._connection(namespace) as conn:
             cursor = await conn.execute(query, params)
             return [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in await cursor.fetchall()]
 
     async def get_memory(self, namespace: str, memory_id: str) -> MemoryRecord:
-        async with self._connection() as conn:
+        async with self._connection(namespace) as conn:
             cursor = await conn.execute(
                 f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = %s",
                 (namespace, memory_id),
@@ -273,7 +273,7 @@ class PostgresMemoryStore:
     async def list_memories(
         self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int
     ) -> list[MemoryRecord]:
-        async with self._connection() as conn:
+        async with self._connection(namespace) as conn:
             await _store_dimension(conn, namespace, store)
             cursor = await conn.execute(
                 sql.SQL(
@@ -289,7 +289,7 @@ class PostgresMemoryStore:
             return [_memory(row) for row in await cursor.fetchall()]
 
     async def delete_memories(self, namespace: str, ids: Sequence[str], allow_missing: bool) -> int:
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"DELETE FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s) RETURNING id",
                 (namespace, list(ids)),

@@ -67,7 +67,7 @@ class ProviderRepository:
         self._database = database
 
     async def register(self, namespace: str, fields: dict[str, Any]) -> ProviderRecord:
-        async with self._database.connection() as conn, conn.transaction():
+        async with self._database.connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"INSERT INTO {SCHEMA}.providers (namespace, name, target, trigger, trigger_expression, priority,"
                 " timeout_ms, max_tokens, enabled) VALUES (%(namespace)s, %(name)s, %(target)s, %(trigger)s,"
@@ -82,7 +82,7 @@ class ProviderRepository:
             return ProviderRecord.from_row(row)
 
     async def get(self, namespace: str, name: str) -> ProviderRecord:
-        async with self._database.connection() as conn:
+        async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
                 f"SELECT {_COLUMNS} FROM {SCHEMA}.providers WHERE namespace = %s AND name = %s", (namespace, name)
             )
@@ -94,7 +94,7 @@ class ProviderRepository:
     async def list(self, namespace: str, after: tuple[int, int] | None, limit: int) -> list[ProviderRecord]:
         """By priority (highest first), then registration; `after` is the (priority, seq) a page ended on."""
         priority, seq = after if after else (2**31, 0)
-        async with self._database.connection() as conn:
+        async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
                 f"SELECT {_COLUMNS} FROM {SCHEMA}.providers WHERE namespace = %s"
                 " AND (priority < %s OR (priority = %s AND seq > %s)) ORDER BY priority DESC, seq LIMIT %s",
@@ -102,23 +102,19 @@ class ProviderRepository:
             )
             return [ProviderRecord.from_row(row) for row in await cursor.fetchall()]
 
-    async def all(self, namespace: str | None = None) -> dict[str, list[ProviderRecord]]:
-        """Every registration, by namespace; one namespace's when given."""
-        async with self._database.connection() as conn:
+    async def in_namespace(self, namespace: str) -> list[ProviderRecord]:
+        """The namespace's registrations, by priority (highest first), then registration."""
+        async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
-                f"SELECT namespace, {_COLUMNS} FROM {SCHEMA}.providers"
-                " WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s ORDER BY priority DESC, seq",
-                {"namespace": namespace},
+                f"SELECT {_COLUMNS} FROM {SCHEMA}.providers WHERE namespace = %s ORDER BY priority DESC, seq",
+                (namespace,),
             )
-            by_namespace: dict[str, list[ProviderRecord]] = {}
-            for row in await cursor.fetchall():
-                by_namespace.setdefault(row.pop("namespace"), []).append(ProviderRecord.from_row(row))
-            return by_namespace
+            return [ProviderRecord.from_row(row) for row in await cursor.fetchall()]
 
     async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> ProviderRecord:
         assignments = ", ".join(f"{column} = %({column})s" for column in changes)
         values = {key: value.value if isinstance(value, Trigger) else value for key, value in changes.items()}
-        async with self._database.connection() as conn, conn.transaction():
+        async with self._database.connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"UPDATE {SCHEMA}.providers SET {assignments}{', ' if assignments else ''}update_time = now()"
                 f" WHERE namespace = %(namespace)s AND name = %(name)s RETURNING {_COLUMNS}",
@@ -131,7 +127,7 @@ class ProviderRepository:
             return ProviderRecord.from_row(row)
 
     async def delete(self, namespace: str, name: str) -> None:
-        async with self._database.connection() as conn, conn.transaction():
+        async with self._database.connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"DELETE FROM {SCHEMA}.providers WHERE namespace = %s AND name = %s RETURNING name", (namespace, name)
             )
@@ -146,7 +142,13 @@ async def _announce(conn: psycopg.AsyncConnection, namespace: str) -> None:
 
 
 class ProviderDirectory:
-    """This replica's view of every namespace's providers, kept current by LISTEN/NOTIFY."""
+    """This replica's view of the providers of each namespace it has served, kept current by LISTEN/NOTIFY.
+
+    A namespace's registrations are loaded the first time a call needs them, with a
+    connection acting for that namespace, like any other read: the directory never
+    reads across namespaces. After that, `Inject` reads the cache and never waits on
+    the database for it; a change announced for a cached namespace reloads it.
+    """
 
     def __init__(
         self,
@@ -159,6 +161,8 @@ class ProviderDirectory:
         # Told the targets still registered after each refresh, e.g. to close unused channels.
         self._on_refresh = on_refresh
         self._providers: dict[str, list[ProviderRecord]] = {}
+        # Bumped by each announced change, so a load that raced a change is done again.
+        self._versions: dict[str, int] = {}
         self._listening = asyncio.Event()
         self._listener: asyncio.Task | None = None
 
@@ -171,13 +175,17 @@ class ProviderDirectory:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
 
-    def providers(self, namespace: str) -> list[ProviderRecord]:
+    async def providers(self, namespace: str) -> list[ProviderRecord]:
         """The namespace's providers, by priority (highest first), then registration."""
-        return self._providers.get(namespace, [])
+        cached = self._providers.get(namespace)
+        if cached is None:
+            await self.refresh(namespace)
+            cached = self._providers[namespace]
+        return cached
 
-    def select(self, namespace: str, names: Sequence[str]) -> tuple[list[ProviderRecord], list[str]]:
+    async def select(self, namespace: str, names: Sequence[str]) -> tuple[list[ProviderRecord], list[str]]:
         """The providers `Inject` asks: the named ones (and the names not registered), or every enabled one."""
-        registered = self.providers(namespace)
+        registered = await self.providers(namespace)
         if not names:
             return [record for record in registered if record.enabled], []
         by_name = {record.name: record for record in registered}
@@ -186,25 +194,32 @@ class ProviderDirectory:
     def targets(self) -> set[str]:
         return {record.target for records in self._providers.values() for record in records}
 
-    async def refresh(self, namespace: str | None = None) -> None:
-        loaded = await self._repository.all(namespace)
-        if namespace is None:
-            self._providers = loaded
-        else:
-            self._providers[namespace] = loaded.get(namespace, [])
+    async def refresh(self, namespace: str) -> None:
+        while True:
+            version = self._versions.get(namespace, 0)
+            loaded = await self._repository.in_namespace(namespace)
+            if self._versions.get(namespace, 0) == version:
+                break
+        self._providers[namespace] = loaded
         if self._on_refresh is not None:
             await self._on_refresh(self.targets())
+
+    async def _changed(self, namespace: str) -> None:
+        self._versions[namespace] = self._versions.get(namespace, 0) + 1
+        if namespace in self._providers:
+            await self.refresh(namespace)
 
     async def _listen(self) -> None:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    # Listening first, then loading, so no change falls between the two.
-                    await self.refresh()
+                    # Listening first, then reloading, so no change falls between the two.
+                    for namespace in list(self._providers):
+                        await self._changed(namespace)
                     self._listening.set()
                     async for notice in conn.notifies():
-                        await self.refresh(notice.payload)
+                        await self._changed(notice.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 - keep listening: reconnect and reload.

@@ -1,0 +1,1 @@
+"""Who is calling and what they may do: API keys, namespaces and roles."""

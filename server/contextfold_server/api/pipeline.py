@@ -1,0 +1,168 @@
+"""What every contextfold call goes through before and after its servicer.
+
+In order: a request id (the caller's `x-request-id`, or a new one, echoed in the
+response's initial metadata); a server span joined to the caller's W3C trace
+context; readiness (UNAVAILABLE while the database or the model is starting);
+load shedding (RESOURCE_EXHAUSTED past the limit of calls in flight, rather than
+a queue that grows without bound); the caller's API key, namespace and role;
+then the servicer. Each call ends with its metrics and one JSON log line.
+Health and reflection calls pass straight through.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from contextfold.v1 import injection_pb2
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ..access.keys import OPEN_CALLER, Caller, KeyRing
+from ..errors import PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
+from ..observe.logs import log_call
+from ..observe.metrics import Metrics
+from ..observe.tracing import context_from_metadata, tracer
+from .caller import CALLER
+from .status import abort_with
+
+INJECT = "/contextfold.v1.InjectionService/Inject"
+# Calls only an admin key may make: a namespace's stores and provider registrations.
+ADMIN_METHODS = frozenset(
+    f"/contextfold.v1.{method}"
+    for method in (
+        "MemoryService/CreateStore",
+        "MemoryService/DeleteStore",
+        "ProviderService/RegisterProvider",
+        "ProviderService/GetProvider",
+        "ProviderService/ListProviders",
+        "ProviderService/UpdateProvider",
+        "ProviderService/DeleteProvider",
+    )
+)
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class CallPipeline(grpc.aio.ServerInterceptor):
+    def __init__(self, metrics: Metrics, max_in_flight: int) -> None:
+        self._metrics = metrics
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        # Set once the database, the model and the keys are ready.
+        self.keys: KeyRing | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method = details.method
+        if handler is None or handler.unary_unary is None or not method.startswith("/contextfold."):
+            return handler
+        behavior: Behavior = handler.unary_unary
+
+        async def serve(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await self._serve(method, behavior, request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            serve,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    async def _serve(self, method: str, behavior: Behavior, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        metadata = context.invocation_metadata() or ()
+        sent = {key: value for key, value in metadata if isinstance(value, str)}
+        request_id = sent.get("x-request-id", "")
+        if not _REQUEST_ID.fullmatch(request_id):
+            request_id = uuid.uuid4().hex
+        await context.send_initial_metadata((("x-request-id", request_id),))
+        caller: Caller | None = None
+        with tracer.start_as_current_span(
+            method.lstrip("/"),
+            context=context_from_metadata(metadata),
+            kind=SpanKind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.method": method, "contextfold.request_id": request_id},
+        ) as span:
+            try:
+                caller = self._admit(method, sent)
+                span.set_attribute("contextfold.namespace", caller.namespace)
+                self._in_flight += 1
+                self._metrics.in_flight.inc()
+                token = CALLER.set(caller)
+                try:
+                    response = await behavior(request, context)
+                finally:
+                    CALLER.reset(token)
+                    self._in_flight -= 1
+                    self._metrics.in_flight.dec()
+                if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
+                    self._metrics.observe_injection(caller.namespace, response.report)
+                return response
+            except ServiceError as error:
+                await abort_with(context, error)
+            finally:
+                code = _code(context)
+                if code != "OK":
+                    span.set_status(Status(StatusCode.ERROR, code))
+                seconds = time.perf_counter() - started
+                self._metrics.observe_call(method, code, seconds)
+                log_call(
+                    method=method,
+                    code=code,
+                    duration_ms=round(seconds * 1000, 3),
+                    request_id=request_id,
+                    namespace=caller.namespace if caller else None,
+                    key_id=caller.key_id if caller else None,
+                    peer=context.peer(),
+                    trace_id=format(span.get_span_context().trace_id, "032x"),
+                )
+
+    def _admit(self, method: str, metadata: dict[str, str]) -> Caller:
+        """The caller, if the call may go ahead: raises the status that says why not."""
+        if self.keys is None:
+            raise Starting("STARTING", "contextfold is starting: its database or model is not ready yet; retry")
+        if self._in_flight >= self._max_in_flight:
+            self._metrics.shed.inc()
+            raise ResourceExhausted(
+                "TOO_MANY_CALLS_IN_FLIGHT",
+                f"the server is at its limit of {self._max_in_flight} calls in flight; retry with backoff",
+            )
+        if self.keys.open:
+            return OPEN_CALLER
+        scheme, _, key = metadata.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthenticated("API_KEY_REQUIRED", "an API key is required: send `authorization: Bearer <key>`")
+        caller = self.keys.caller(key.strip())
+        if caller is None:
+            raise Unauthenticated("API_KEY_INVALID", "the API key is not valid, or it was revoked")
+        if method in ADMIN_METHODS and caller.role != "admin":
+            name = method.rsplit("/", 1)[-1]
+            raise PermissionDenied(
+                "ADMIN_ROLE_REQUIRED", f"{name} needs an admin key; this key's role is {caller.role}"
+            )
+        return caller
+
+
+_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def _code(context: grpc.aio.ServicerContext) -> str:
+    """The status the call ends with, by name."""
+    code = context.code()
+    if code is None:
+        return "OK"
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    return _CODE_NAMES.get(int(code), str(code))

@@ -1,0 +1,98 @@
+"""Prometheus metrics, served on the admin port at /metrics.
+
+Calls by method and status, call latency, Inject's time per stage (embed, search,
+fold, each provider), provider outcomes, calls in flight and shed, and the
+database pool's use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from contextfold.v1 import injection_pb2
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# From a cached embedding to a provider's full timeout.
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+_OUTCOMES = {
+    injection_pb2.SKIP_REASON_UNSPECIFIED: "injected",
+    injection_pb2.SKIP_REASON_NOT_TRIGGERED: "not_triggered",
+    injection_pb2.SKIP_REASON_EMPTY_TEXT: "empty",
+    injection_pb2.SKIP_REASON_FAILED: "failed",
+    injection_pb2.SKIP_REASON_TIMEOUT: "timeout",
+    injection_pb2.SKIP_REASON_OVER_BUDGET: "over_budget",
+    injection_pb2.SKIP_REASON_DISABLED: "disabled",
+}
+
+
+class _PoolCollector(Collector):
+    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "contextfold_db_pool_connections", "Database pool connections, by state", labels=["state"]
+        )
+        for state, value in self._stats().items():
+            family.add_metric([state], value)
+        yield family
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.calls = Counter(
+            "contextfold_calls", "Calls by method and status code", ["method", "code"], registry=self.registry
+        )
+        self.call_seconds = Histogram(
+            "contextfold_call_duration_seconds", "Call latency", ["method"], buckets=_BUCKETS, registry=self.registry
+        )
+        self.stage_seconds = Histogram(
+            "contextfold_inject_stage_duration_seconds",
+            "Inject's time per stage: trigger, query, embed, search, fold, total",
+            ["stage"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.provider_seconds = Histogram(
+            "contextfold_provider_duration_seconds",
+            "Time waiting on each provider",
+            ["namespace", "provider"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.provider_outcomes = Counter(
+            "contextfold_provider_outcomes",
+            "What each provider asked contributed: injected, timeout, failed, empty, over_budget, not_triggered",
+            ["namespace", "provider", "outcome"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("contextfold_calls_in_flight", "Calls being served", registry=self.registry)
+        self.shed = Counter(
+            "contextfold_calls_shed", "Calls refused with RESOURCE_EXHAUSTED at the limit", registry=self.registry
+        )
+
+    def watch_pool(self, stats: Callable[[], dict[str, int]]) -> None:
+        self.registry.register(_PoolCollector(stats))
+
+    def observe_call(self, method: str, code: str, seconds: float) -> None:
+        self.calls.labels(method, code).inc()
+        self.call_seconds.labels(method).observe(seconds)
+
+    def observe_injection(self, namespace: str, report: injection_pb2.InjectionReport) -> None:
+        for stage, duration in report.stage_durations.items():
+            self.stage_seconds.labels(stage).observe(duration.ToTimedelta().total_seconds())
+        for source in report.sources[1:]:  # the first is memory, whose stages are above
+            outcome = "injected" if source.injected else _OUTCOMES.get(source.skip_reason, "other")
+            self.provider_outcomes.labels(namespace, source.source, outcome).inc()
+            if source.HasField("duration"):
+                seconds = source.duration.ToTimedelta().total_seconds()
+                self.provider_seconds.labels(namespace, source.source).observe(seconds)
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve /metrics on `host:port` (0 picks a port) from a thread; the port."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return server.server_port

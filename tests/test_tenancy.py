@@ -1,0 +1,232 @@
+"""Tenants and access: API keys map callers to a namespace and a role, and no tenant reaches another.
+
+The adversarial suite runs twice: against the server as shipped, and against the
+same server with every namespace predicate stripped from its SQL
+(`tests/unscoped_server.py`), which shows Postgres row-level security alone keeps
+the tenants apart. Another tenant's ids are NOT_FOUND, never PERMISSION_DENIED:
+a caller cannot even learn that they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from contextfold import Client, NotFound
+from contextfold.errors import PermissionDenied, Unauthenticated
+from contextfold.v1 import injection_pb2
+
+from .conftest import user
+from .servers import ROOT, Postgres, ServerProcess, start_server
+
+KEYS = (sys.executable, "-m", "contextfold.cli", "keys")
+
+
+def keys(database_url: str, *args: str) -> dict:
+    done = subprocess.run(
+        [*KEYS, "--database-url", database_url, *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@dataclass
+class Tenants:
+    database_url: str
+    acme_admin: str
+    acme_agent: str
+    globex_admin: str
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    database = Postgres(tmp_path_factory.mktemp("tenancy") / "pgdata")
+    yield database
+    database.cleanup()
+
+
+@pytest.fixture(scope="module")
+def tenants(postgres: Postgres) -> Tenants:
+    return Tenants(
+        postgres.url,
+        keys(postgres.url, "create", "--namespace", "acme", "--role", "admin")["key"],
+        keys(postgres.url, "create", "--namespace", "acme", "--role", "agent", "--description", "acme's agents")["key"],
+        keys(postgres.url, "create", "--namespace", "globex", "--role", "admin")["key"],
+    )
+
+
+@pytest.fixture(scope="module", params=["scoped in code and by RLS", "RLS alone"])
+def server(request, tenants: Tenants, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    command = (sys.executable, "-m", "contextfold.cli", "serve")
+    if request.param == "RLS alone":
+        command = (sys.executable, "-m", "tests.unscoped_server")
+    log = tmp_path_factory.mktemp("tenancy-server") / "server.log"
+    process = start_server(log, "--database-url", tenants.database_url, command=command)
+    yield process
+    assert process.stop() == 0, process.log()
+    if request.param == "RLS alone":
+        assert "unscoped: namespace predicates stripped" in process.log()
+
+
+@pytest.fixture
+def as_tenant(server: ServerProcess) -> Iterator[Callable[[str], Client]]:
+    clients: list[Client] = []
+
+    def connect(key: str) -> Client:
+        clients.append(Client(server.address, timeout=30, api_key=key))
+        return clients[-1]
+
+    yield connect
+    for client in clients:
+        client.close()
+
+
+def test_without_a_valid_key_nothing_is_served(server: ServerProcess, tenants: Tenants, as_tenant) -> None:
+    for key in ("", "cfk_00000000_not-a-key", tenants.acme_admin + "x"):
+        with pytest.raises(Unauthenticated) as refused:
+            as_tenant(key).list_stores().__next__()
+        assert refused.value.details[0].reason in ("API_KEY_REQUIRED", "API_KEY_INVALID")
+
+
+def test_an_agent_key_cannot_manage_stores_or_providers(tenants: Tenants, as_tenant) -> None:
+    agent = as_tenant(tenants.acme_agent)
+    for call in (
+        lambda: agent.create_store("agents-may-not"),
+        lambda: agent.delete_store("agents-may-not"),
+        lambda: agent.register_provider("p", "127.0.0.1:1"),
+        lambda: list(agent.list_providers()),
+    ):
+        with pytest.raises(PermissionDenied) as denied:
+            call()
+        assert denied.value.details[0].reason == "ADMIN_ROLE_REQUIRED"
+    # It may read stores and write memories in its namespace.
+    assert isinstance(list(agent.list_stores()), list)
+
+
+def test_two_tenants_never_see_each_other(server: ServerProcess, tenants: Tenants, as_tenant) -> None:
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    suffix = server.address.rsplit(":", 1)[1]
+    shared, acme_only = f"notes-{suffix}", f"acme-secrets-{suffix}"
+    for tenant in (acme, globex):
+        tenant.create_store(shared)
+    acme.create_store(acme_only)
+    secret = acme.add_memories(
+        acme_only, [{"id": f"plan-{suffix}", "content": "Acme plans to acquire Initech", "user_id": "ceo"}]
+    )[0]
+    acme.add_memories(shared, [{"id": f"note-{suffix}", "content": "Acme's launch is on Friday", "user_id": "ceo"}])
+    globex.add_memories(shared, [{"content": "Globex ships on Monday", "user_id": "ceo"}])
+
+    # Stores: the same name in two namespaces is two stores; another's store does not exist.
+    def stores(tenant: Client) -> dict[str, int]:
+        """The tenant's stores of this run (the suite runs twice on one database)."""
+        return {s.name: s.memory_count for s in tenant.list_stores() if s.name.endswith(suffix)}
+
+    assert stores(globex) == {shared: 1}
+    for call in (
+        lambda: globex.add_memories(acme_only, ["planted"]),
+        lambda: list(globex.list_memories(acme_only)),
+        lambda: globex.search_memories("acquire", stores=[acme_only]),
+        lambda: globex.delete_store(acme_only, force=True),
+    ):
+        with pytest.raises(NotFound):
+            call()
+
+    # Entries: guessed ids are NOT_FOUND, and deleting them changes nothing.
+    with pytest.raises(NotFound):
+        globex.get_memory(secret.id)
+    with pytest.raises(NotFound):
+        globex.delete_memories([secret.id])
+    assert globex.delete_memories([secret.id], allow_missing=True) == 0
+    # Its own entry under the same id is its own.
+    mine = globex.add_memories(shared, [{"id": secret.id, "content": "Globex's own note"}])[0]
+    assert globex.get_memory(secret.id).content == "Globex's own note" == mine.content
+    assert acme.get_memory(secret.id).content == "Acme plans to acquire Initech"
+
+    # Search, list, scope filters and Inject see the caller's namespace only.
+    for scope in (None, {"user_id": "ceo"}):
+        found = globex.search_memories("acquire Initech launch Friday", scope=scope, max_results=50)
+        assert all("Acme" not in result.memory.content for result in found)
+    assert [m.content for m in globex.list_memories(shared, scope={"user_id": "ceo"})] == ["Globex ships on Monday"]
+    result = globex.inject([user("When does the launch happen? Any acquisitions?")], max_entries=20)
+    assert result.report.injected
+    assert "Acme" not in json.dumps(result.messages)
+    missing = globex.inject([user("acquisitions?")], stores=[acme_only])
+    assert missing.report.skip_reason == injection_pb2.SKIP_REASON_FAILED
+    assert missing.messages == [user("acquisitions?")]
+
+    # Nothing of Acme's changed.
+    assert {m.content for m in acme.list_memories(acme_only)} == {"Acme plans to acquire Initech"}
+    assert stores(acme) == {shared: 1, acme_only: 1}
+
+
+@pytest.fixture(scope="module")
+def scripted_provider() -> Iterator[int]:
+    """The scripted provider of `tests.provider_fixtures`, in a process of its own: its port."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield json.loads(process.stdout.readline())["scripted"]
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_providers_are_per_tenant(server: ServerProcess, tenants: Tenants, as_tenant, scripted_provider: int) -> None:
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    name = f"clock-{server.address.rsplit(':', 1)[1]}"
+    target = f"127.0.0.1:{scripted_provider}"
+    acme.register_provider(name, target, trigger="every_turn")
+    says = {"texts": {name: "<acme-only/>"}}
+
+    for call in (
+        lambda: globex.get_provider(name),
+        lambda: globex.update_provider(name, priority=5),
+        lambda: globex.delete_provider(name),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    assert name not in [provider.name for provider in globex.list_providers()]
+    asked = globex.inject([user("what time is it?")], providers=[name], max_entries=0, app_state=says)
+    assert "acme-only" not in json.dumps(asked.messages)
+    assert [s.detail for s in asked.report.sources if s.source == name] == [f"provider {name!r} is not registered"]
+    everyone = globex.inject([user("what time is it?")], max_entries=0, app_state=says)
+    assert name not in [source.source for source in everyone.report.sources]
+    assert "<acme-only/>" in json.dumps(acme.inject([user("time?")], max_entries=0, app_state=says).messages)
+    # The same name in its own namespace is its own registration.
+    globex.register_provider(name, "127.0.0.1:1")
+    assert acme.get_provider(name).target == target
+
+
+def works(client: Client) -> bool:
+    try:
+        list(client.list_stores())
+    except Unauthenticated:
+        return False
+    return True
+
+
+def within(seconds: float, condition: Callable[[], bool]) -> bool:
+    """Whether `condition` holds within `seconds` (every replica hears of a key change by NOTIFY)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_new_key_works_and_a_revoked_one_stops_within_moments(tenants: Tenants, as_tenant) -> None:
+    created = keys(tenants.database_url, "create", "--namespace", "acme", "--role", "agent")
+    client = as_tenant(created["key"])
+    assert within(10, lambda: works(client))
+    keys(tenants.database_url, "revoke", created["id"])
+    assert within(10, lambda: not works(client))
+    listed = {key["id"]: key for key in keys(tenants.database_url, "list")}
+    assert listed[created["id"]]["revoked"] is not None
+    assert "key" not in listed[created["id"]]
