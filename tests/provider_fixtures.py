@@ -9,6 +9,7 @@ one JSON line naming each behaviour's port, then serves until SIGTERM.
 - `deadline`: answers with the seconds it was given, as contextfold passed them on.
 - `hanging`: never answers. `failing`: answers with an error status.
 - `malformed`: answers with bytes that are no ProvideResponse.
+- `traceparent`: answers with the W3C `traceparent` its call carried.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 
 import grpc
 from contextfold.provider import ProvideContext, start_provider
+from contextfold.v1 import provider_pb2
 
 HUGE = "x" * (2 * 1024 * 1024)
 
@@ -48,6 +50,11 @@ async def malformed(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return b"\xff\xff\xff\xff"
 
 
+async def traceparent(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    sent = dict(context.invocation_metadata() or ())
+    return provider_pb2.ProvideResponse(text=sent.get("traceparent", "")).SerializeToString()
+
+
 async def start_raw(handler) -> tuple[grpc.aio.Server, int]:
     method = grpc.unary_unary_rpc_method_handler(handler)
     service = grpc.method_handlers_generic_handler("contextfold.v1.ContextProvider", {"Provide": method})
@@ -65,6 +72,7 @@ async def main() -> None:
         "hanging": await start_raw(hanging),
         "failing": await start_raw(failing),
         "malformed": await start_raw(malformed),
+        "traceparent": await start_raw(traceparent),
     }
     print(json.dumps({name: port for name, (_, port) in servers.items()}), flush=True)
     stopping = asyncio.Event()

@@ -50,6 +50,7 @@ def start_server(
     env: dict[str, str] | None = None,
     timeout: float = 120.0,
     command: tuple[str, ...] = SERVE,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> ServerProcess:
     """Start `contextfold serve`, as `make run` does, on a free loopback port; wait until health says SERVING."""
     log = log_path.open("w")
@@ -65,7 +66,7 @@ def start_server(
         match = READY.search(log_path.read_text(errors="replace"))
         if match:
             address = f"127.0.0.1:{match.group(1)}"
-            wait_serving(address, deadline - time.monotonic())
+            wait_serving(address, deadline - time.monotonic(), credentials)
             return ServerProcess(process, address, log_path)
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
@@ -84,8 +85,17 @@ def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
         assert process.stop() == 0, process.log()
 
 
-def wait_serving(address: str, timeout: float) -> None:
-    with grpc.insecure_channel(address) as channel:
+def health_status(address: str, timeout: float = 10.0, credentials: grpc.ChannelCredentials | None = None) -> str:
+    """What the server's health service says: SERVING, NOT_SERVING, …"""
+    channel = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
+    with channel:
+        response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def wait_serving(address: str, timeout: float, credentials: grpc.ChannelCredentials | None = None) -> None:
+    channel = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(), timeout=max(timeout, 1.0), wait_for_ready=True)
         assert response.status == health_pb2.HealthCheckResponse.SERVING

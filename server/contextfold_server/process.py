@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 from contextfold.v1 import (
     injection_pb2,
     injection_pb2_grpc,
@@ -291,19 +293,76 @@ async def serve(config: Config) -> None:
         admin_port = metrics.serve(config.admin_host, config.admin_port)
         logger.info("metrics on http://%s:%d/metrics", config.admin_host, admin_port)
 
+    async with contextlib.AsyncExitStack() as running:
+        starting = asyncio.create_task(_start(config, running, late, pipeline, metrics))
+        stop_requested = asyncio.create_task(stopping.wait())
+        await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            embedder = starting.result()  # a start-up that failed raises here
+            for name in ("", *SERVICE_NAMES):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            logger.info(
+                "serving on %s:%d | embedder=<%s> dimension=<%d>", config.host, port, embedder.name, embedder.dimension
+            )
+            await stop_requested
+        else:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+
+        # Health says NOT_SERVING first, so load balancers and meshes stop sending calls;
+        # calls still arrive during the drain and are served. Then new calls are refused,
+        # and those in flight get the grace period to finish.
+        logger.info(
+            "draining | drain_seconds=<%s> grace_seconds=<%s> in_flight=<%d>",
+            config.drain_seconds,
+            config.grace_seconds,
+            pipeline.in_flight,
+        )
+        await health_servicer.enter_graceful_shutdown()
+        await asyncio.sleep(config.drain_seconds)
+        await server.stop(config.grace_seconds)
+    stop_tracing()
+    logger.info("stopped")
+
+
+async def _wait_for_database(database_url: str) -> None:
+    """Migrate the schema, waiting (NOT_SERVING) for as long as the database cannot be reached."""
+    while True:
+        try:
+            await migrate(database_url)
+            return
+        except psycopg.OperationalError as error:
+            logger.warning("reason=<%s> | the database is not reachable | retrying in 1 s", str(error).strip())
+            await asyncio.sleep(1.0)
+
+
+async def _start(
+    config: Config,
+    running: contextlib.AsyncExitStack,
+    late: dict[str, _Late],
+    pipeline: CallPipeline,
+    metrics: Metrics,
+) -> Embedder:
+    """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
     database_url = config.database_url or await asyncio.to_thread(start_embedded_postgres, config.data_dir)
     embedder_loading = asyncio.create_task(open_embedder(config))
-    await migrate(database_url)
+    running.push_async_callback(_close_embedder, embedder_loading)
+    await _wait_for_database(database_url)
     database = await Database.open(database_url)
+    running.push_async_callback(database.close)
     metrics.watch_pool(database.stats)
     keys = KeyRing(database_url)
     await keys.start()
+    running.push_async_callback(keys.close)
     store = PostgresMemoryStore(database)
     providers = ProviderRepository(database)
     channels = ProviderChannels()
+    running.push_async_callback(channels.close)
     directory = ProviderDirectory(providers, database_url, on_refresh=channels.keep_only)
     await directory.start()
+    running.push_async_callback(directory.close)
     sandbox = Sandbox(workers=config.sandbox_workers, time_limit=config.sandbox_time_limit)
+    running.push_async_callback(sandbox.close)
     await sandbox.start()
     embedder = await embedder_loading
     searcher = MemorySearcher(store, embedder)
@@ -311,31 +370,15 @@ async def serve(config: Config) -> None:
     late["MemoryService"].target = MemoryServicer(store, embedder, searcher)
     late["ProviderService"].target = ProviderServicer(providers, directory)
     pipeline.keys = keys
-    for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    logger.info("serving on %s:%d | embedder=<%s> dimension=<%d>", config.host, port, embedder.name, embedder.dimension)
+    return embedder
 
-    await stopping.wait()
-    # Health says NOT_SERVING first, so load balancers and meshes stop sending calls;
-    # calls still arrive during the drain and are served. Then new calls are refused,
-    # and those in flight get the grace period to finish.
-    logger.info(
-        "draining | drain_seconds=<%s> grace_seconds=<%s> in_flight=<%d>",
-        config.drain_seconds,
-        config.grace_seconds,
-        pipeline.in_flight,
-    )
-    await health_servicer.enter_graceful_shutdown()
-    await asyncio.sleep(config.drain_seconds)
-    await server.stop(config.grace_seconds)
-    await directory.close()
-    await keys.close()
-    await channels.close()
-    await sandbox.close()
-    await database.close()
-    await embedder.close()
-    stop_tracing()
-    logger.info("stopped")
+
+async def _close_embedder(loading: asyncio.Task[Embedder]) -> None:
+    if not loading.done():
+        loading.cancel()
+    embedder = (await asyncio.gather(loading, return_exceptions=True))[0]
+    if not isinstance(embedder, BaseException):
+        await embedder.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ from ..embedding import Embedder
 from ..engine.entries import RetrievedEntry
 from ..engine.memory import SearchQuery, SearchResult
 from ..errors import InvalidArgument, NotFound
+from ..observe.tracing import span
 from .store import PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
 
 
@@ -42,7 +43,8 @@ class MemorySearcher:
         # the server's own embedding of the wrong length means the store does not fit.
         mismatch_field = vector_field if vector else "stores"
         if not vector:
-            (vector,) = await self.embedder.embed([text])
+            with span("contextfold.embed", model=self.embedder.name):
+                (vector,) = await self.embedder.embed([text])
             durations["embed"] = time.perf_counter() - started
         known = await self.store.get_stores(namespace, stores)
         for name in stores:
@@ -55,11 +57,12 @@ class MemorySearcher:
                 )
         searched = [name for name, record in known.items() if record.dimension == len(vector)]
         searching = time.perf_counter()
-        results = (
-            await self.store.search(namespace, vector, searched, scope, limit, min_score, exclude_ids)
-            if searched
-            else []
-        )
+        with span("contextfold.search", stores=len(searched), limit=limit):
+            results = (
+                await self.store.search(namespace, vector, searched, scope, limit, min_score, exclude_ids)
+                if searched
+                else []
+            )
         durations["search"] = time.perf_counter() - searching
         return results, durations
 

@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterable
 import grpc
 from contextfold.v1 import provider_pb2
 from google.protobuf.message import DecodeError
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..engine.failures import SourceFailed
 from ..engine.injection import ProviderSpec, ProvideText
+from ..observe.tracing import metadata_for_call, span
 
 PROVIDE_METHOD = "/contextfold.v1.ContextProvider/Provide"
 
@@ -76,12 +78,15 @@ def provider_port(
     async def provide(spec: ProviderSpec, timeout: float) -> str:
         method = channels.provide_method(targets[spec.name])
         request = serialized_context() + provider_pb2.ProvideRequest(provider=spec.name).SerializeToString()
-        try:
-            answer = await method(request, timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise TimeoutError from error
-            raise SourceFailed(describe_failure(error)) from error
+        with span(f"contextfold.provider {spec.name}", SpanKind.CLIENT, provider=spec.name) as current:
+            try:
+                # The provider joins the caller's trace: this span is its parent.
+                answer = await method(request, timeout=timeout, metadata=metadata_for_call())
+            except grpc.aio.AioRpcError as error:
+                current.set_status(Status(StatusCode.ERROR, error.code().name))
+                if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise TimeoutError from error
+                raise SourceFailed(describe_failure(error)) from error
         try:
             return provider_pb2.ProvideResponse.FromString(answer).text
         except DecodeError as error:

@@ -1,0 +1,337 @@
+"""What an SRE relies on, each read from the real output: health, drain, limits, metrics, traces, logs, TLS.
+
+Each server here has its own Postgres (the embedded package's), so a test may
+stop the database, and a fake OpenTelemetry collector receives the spans.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from contextfold import Client, InvalidArgument
+from contextfold.errors import ResourceExhausted, Unavailable
+from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
+
+from .certs import make_certificates
+from .conftest import unique, user
+from .fake_otlp_collector import FakeCollector
+from .servers import ROOT, SERVE, Postgres, ServerProcess, health_status, start_server
+
+LISTENING = re.compile(r"listening on [^:]+:(\d+)")
+
+
+@pytest.fixture(scope="module")
+def providers() -> Iterator[dict[str, int]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    yield json.loads(process.stdout.readline())
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[FakeCollector]:
+    with FakeCollector() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory, collector: FakeCollector) -> Iterator[ServerProcess]:
+    """A server with small limits, exporting its spans to the fake collector."""
+    root = tmp_path_factory.mktemp("ops")
+    database = Postgres(root / "pgdata")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    process = start_server(
+        root / "server.log",
+        "--database-url",
+        database.url,
+        "--max-in-flight",
+        "4",
+        "--max-message-bytes",
+        str(256 * 1024),
+        env=env,
+    )
+    yield process
+    assert process.stop() == 0, process.log()
+    database.cleanup()
+
+
+@pytest.fixture(scope="module")
+def cf(ops: ServerProcess) -> Iterator[Client]:
+    with Client(ops.address, timeout=30) as client:
+        yield client
+
+
+def scrape(server: ServerProcess) -> str:
+    port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", server.log()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def sample(metrics: str, name: str, **labels: str) -> float:
+    """The value of one sample, matched by name and the labels given (others may be present)."""
+    for line in metrics.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(found.get(key) == value for key, value in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name} {labels}")
+
+
+def test_limits_name_the_limit_and_store_nothing(cf: Client) -> None:
+    store = unique("limits")
+    cf.create_store(store)
+    with pytest.raises(InvalidArgument) as too_many:
+        cf.inject([user("hi")] * 2001)
+    assert too_many.value.field_violations == [("messages", "holds 2001 messages; the limit is 2000")]
+    with pytest.raises(InvalidArgument) as too_long:
+        cf.add_memories(store, ["ok", "x" * 16_385])
+    assert too_long.value.field_violations == [("memories[1].content", "holds 16385 characters; the limit is 16384")]
+    with pytest.raises(InvalidArgument) as too_big_a_batch:
+        cf.add_memories(store, [f"fact {n}" for n in range(1001)])
+    assert too_big_a_batch.value.field_violations[0][0] == "memories"
+    with pytest.raises(ResourceExhausted) as too_large:
+        cf.add_memories(store, ["y" * 300_000])
+    assert "larger than max" in too_large.value.message
+    assert list(cf.list_memories(store)) == []
+
+
+def test_past_the_in_flight_limit_calls_are_shed_not_queued(ops: ServerProcess, cf: Client, providers) -> None:
+    slow = unique("slow")
+    cf.register_provider(slow, f"127.0.0.1:{providers['scripted']}", timeout=10)
+    shed_before = sample(scrape(ops), "contextfold_calls_shed_total")
+
+    def call(_: int) -> str:
+        try:
+            cf.inject([user("hi")], max_entries=0, providers=[slow], app_state={"delays": {slow: 1.5}})
+        except ResourceExhausted as error:
+            assert error.details[0].reason == "TOO_MANY_CALLS_IN_FLIGHT"
+            return "shed"
+        return "served"
+
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        outcomes = list(pool.map(call, range(10)))
+
+    assert outcomes.count("served") >= 4 and outcomes.count("shed") >= 1, outcomes
+    assert outcomes.count("served") + outcomes.count("shed") == 10
+    assert sample(scrape(ops), "contextfold_calls_shed_total") - shed_before == outcomes.count("shed")
+    cf.delete_provider(slow)
+
+
+def test_metrics_show_calls_stages_providers_and_the_pool(ops: ServerProcess, cf: Client, providers) -> None:
+    store = unique("metrics")
+    cf.create_store(store)
+    cf.add_memories(store, ["The user likes tea"])
+    clock = unique("clock")
+    cf.register_provider(clock, f"127.0.0.1:{providers['scripted']}")
+    says = {"texts": {clock: "<now>noon</now>"}}
+    for _ in range(3):
+        cf.inject([user("what do I like to drink?")], stores=[store], providers=[clock], app_state=says)
+    with pytest.raises(InvalidArgument):
+        cf.search_memories("  ")
+
+    metrics = scrape(ops)
+
+    inject = "/contextfold.v1.InjectionService/Inject"
+    assert sample(metrics, "contextfold_calls_total", method=inject, code="OK") >= 3
+    search = "/contextfold.v1.MemoryService/SearchMemories"
+    assert sample(metrics, "contextfold_calls_total", method=search, code="INVALID_ARGUMENT") >= 1
+    assert sample(metrics, "contextfold_call_duration_seconds_count", method=inject) >= 3
+    for stage in ("embed", "search", "fold", "total"):
+        assert sample(metrics, "contextfold_inject_stage_duration_seconds_count", stage=stage) >= 3
+    assert sample(metrics, "contextfold_provider_outcomes_total", provider=clock, outcome="injected") == 3
+    assert sample(metrics, "contextfold_provider_duration_seconds_count", provider=clock) == 3
+    assert sample(metrics, "contextfold_db_pool_connections", state="size") >= 1
+    assert sample(metrics, "contextfold_calls_in_flight") == 0
+    cf.delete_provider(clock)
+
+
+def test_traces_join_the_callers_trace_and_reach_the_providers(
+    ops: ServerProcess, cf: Client, providers, collector: FakeCollector
+) -> None:
+    name = unique("traced")
+    cf.register_provider(name, f"127.0.0.1:{providers['traceparent']}")
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    with grpc.insecure_channel(ops.address) as channel:
+        response = injection_pb2_grpc.InjectionServiceStub(channel).Inject(
+            injection_pb2.InjectRequest(
+                messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, content=[{"text": "hello"}])],
+                providers=[name],
+            ),
+            metadata=[("traceparent", f"00-{trace_id}-{parent_id}-01")],
+            timeout=30,
+        )
+    # The provider's call carried the trace on, its parent the provider span.
+    (block,) = [b.injected for b in response.messages[0].content if b.injected.source == name]
+    seen = re.fullmatch(r"(?:\n\n)?00-([0-9a-f]{32})-([0-9a-f]{16})-01", block.text)
+    assert seen and seen.group(1) == trace_id, block.text
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        spans = {span.name: span for span in collector.spans if span.trace_id == trace_id}
+        if {"contextfold.v1.InjectionService/Inject", "contextfold.embed", "contextfold.search"} <= set(spans) and any(
+            n.startswith("contextfold.provider ") for n in spans
+        ):
+            break
+        time.sleep(0.1)
+    server = spans["contextfold.v1.InjectionService/Inject"]
+    assert server.parent_span_id == parent_id
+    assert server.kind == 2  # SERVER
+    assert spans["contextfold.embed"].parent_span_id == server.span_id
+    assert spans["contextfold.search"].parent_span_id == server.span_id
+    provider = spans[f"contextfold.provider {name}"]
+    assert provider.kind == 3  # CLIENT
+    assert provider.parent_span_id == server.span_id
+    assert provider.span_id == seen.group(2)
+    cf.delete_provider(name)
+
+
+def test_one_json_log_line_per_call_with_a_request_id_and_no_bodies(ops: ServerProcess) -> None:
+    secret = f"the password is {unique('xyzzy')}"
+    with grpc.insecure_channel(ops.address) as channel:
+        stub = injection_pb2_grpc.InjectionServiceStub(channel)
+        _, call = stub.Inject.with_call(
+            injection_pb2.InjectRequest(
+                messages=[conversation_pb2.Message(role=conversation_pb2.ROLE_USER, content=[{"text": secret}])]
+            ),
+            metadata=[("x-request-id", "req-ops-1")],
+            timeout=30,
+        )
+        assert ("x-request-id", "req-ops-1") in call.initial_metadata()
+        _, generated = stub.Inject.with_call(injection_pb2.InjectRequest(), timeout=30)
+        new_id = dict(generated.initial_metadata())["x-request-id"]
+
+    time.sleep(0.2)
+    lines = [json.loads(line) for line in ops.log().splitlines() if line.startswith("{")]
+    (logged,) = [line for line in lines if line.get("request_id") == "req-ops-1"]
+    assert logged["message"] == "call"
+    assert logged["method"] == "/contextfold.v1.InjectionService/Inject"
+    assert logged["code"] == "OK"
+    assert logged["namespace"] == "default"
+    assert logged["duration_ms"] > 0
+    assert {"time", "level", "logger", "peer", "trace_id"} <= set(logged)
+    assert [line["code"] for line in lines if line.get("request_id") == new_id] == ["OK"]
+    assert secret not in ops.log()
+
+
+def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, providers) -> None:
+    database = Postgres(tmp_path / "pgdata")
+    database.kill()
+    log = tmp_path / "server.log"
+    process = subprocess.Popen(
+        [
+            *SERVE,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--admin-port",
+            "-1",
+            "--database-url",
+            database.url,
+            "--drain-seconds",
+            "1.5",
+            "--grace-seconds",
+            "10",
+        ],
+        cwd=ROOT,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (listening := LISTENING.search(log.read_text())) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = f"127.0.0.1:{listening.group(1)}"
+
+        # Up, but not ready: health says so, and calls are refused with the reason.
+        assert health_status(address) == "NOT_SERVING"
+        with Client(address, timeout=10) as early, pytest.raises(Unavailable) as refused:
+            list(early.list_stores())
+        assert refused.value.details[0].reason == "STARTING"
+        time.sleep(2)
+        assert health_status(address) == "NOT_SERVING"
+        assert "the database is not reachable" in log.read_text()
+
+        database.restart()
+        deadline = time.monotonic() + 120
+        while health_status(address) != "SERVING":
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+
+        with Client(address, timeout=30) as cf:
+            slow = unique("slow")
+            cf.register_provider(slow, f"127.0.0.1:{providers['scripted']}", timeout=10)
+            says = {"texts": {slow: "<finished/>"}, "delays": {slow: 2.5}}
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                in_flight = pool.submit(cf.inject, [user("hi")], max_entries=0, providers=[slow], app_state=says)
+                time.sleep(0.5)
+                process.send_signal(signal.SIGTERM)
+                time.sleep(0.5)
+                # Draining: health flips at once, and calls are still served.
+                assert health_status(address) == "NOT_SERVING"
+                assert isinstance(list(cf.list_stores()), list)
+                result = in_flight.result(timeout=30)
+            assert "<finished/>" in json.dumps(result.messages)
+
+        assert process.wait(30) == 0
+        assert "draining" in log.read_text()
+        with Client(address, timeout=2) as late, pytest.raises(Unavailable):
+            list(late.list_stores())
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        database.cleanup()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory):
+    return make_certificates(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["TLS", "mutual TLS"])
+def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
+    tls = ["--tls-cert-file", str(certificates.server_cert), "--tls-key-file", str(certificates.server_key)]
+    if mutual:
+        tls += ["--tls-client-ca-file", str(certificates.ca)]
+    ca = certificates.ca.read_bytes()
+    trusted = grpc.ssl_channel_credentials(
+        root_certificates=ca,
+        private_key=certificates.client_key.read_bytes() if mutual else None,
+        certificate_chain=certificates.client_cert.read_bytes() if mutual else None,
+    )
+    database = Postgres(tmp_path / "pgdata")
+    server = start_server(tmp_path / "server.log", "--database-url", database.url, *tls, credentials=trusted)
+    try:
+        with Client(server.address, credentials=trusted, timeout=30) as cf:
+            assert isinstance(list(cf.list_stores()), list)
+        with Client(server.address, timeout=5) as plaintext, pytest.raises(Unavailable):
+            list(plaintext.list_stores())
+        if mutual:
+            anonymous = grpc.ssl_channel_credentials(root_certificates=ca)
+            with Client(server.address, credentials=anonymous, timeout=5) as stranger, pytest.raises(Unavailable):
+                list(stranger.list_stores())
+        assert ("mutual TLS" if mutual else "(TLS)") in server.log()
+    finally:
+        assert server.stop() == 0, server.log()
+        database.cleanup()
+
+
+def test_the_session_server_runs_open_and_says_so(server: ServerProcess) -> None:
+    assert "NO API KEYS: the service is OPEN" in server.log()
