@@ -1,0 +1,111 @@
+"""The Dockerfile and the manifests, validated as far as the tools here allow (no Docker engine, no cluster).
+
+hadolint lints the Dockerfile; kubernetes-validate checks every Kubernetes manifest
+against the API's own schemas, strictly, for the oldest and newest versions we
+support; the Istio resources (whose schemas are CRDs) and the wiring between all of
+them are checked here: labels, ports, probes, timings, and that every setting the
+manifests pass is one the server accepts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from contextfold_server.process import parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBERNETES = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+BIN = Path(sys.executable).parent
+
+
+def documents(path: Path) -> list[dict]:
+    return [document for document in yaml.safe_load_all(path.read_text()) if document]
+
+
+def resources() -> dict[str, dict]:
+    found = {}
+    for path in [*KUBERNETES, *(ROOT / "deploy" / "istio").glob("*.yaml")]:
+        for document in documents(path):
+            found[document["kind"]] = document
+    return found
+
+
+def test_the_dockerfile_passes_hadolint() -> None:
+    lint = subprocess.run([BIN / "hadolint", "Dockerfile"], cwd=ROOT, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
+def test_the_kubernetes_manifests_match_the_api_schemas(version: str) -> None:
+    check = subprocess.run(
+        [BIN / "kubernetes-validate", "--strict", "--quiet", "-k", version, *map(str, KUBERNETES)],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_image_and_the_deployment_configure_a_server_that_starts(monkeypatch) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["contextfold", "serve"]' in dockerfile
+    assert "USER 10001" in dockerfile
+    image_env = dict(
+        pair.split("=", 1)
+        for line in dockerfile.split("ENV ", 1)[1].split("\n\n", 1)[0].splitlines()
+        for pair in shlex.split(line.rstrip("\\"))
+    )
+    container = resources()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    env = {**image_env, **{item["name"]: item.get("value", "from-secret") for item in container["env"]}}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = parse_config([])
+    assert (config.host, config.port, config.admin_host, config.admin_port) == ("0.0.0.0", 50051, "0.0.0.0", 9464)
+    assert config.grace_seconds == 20
+    assert config.log_format == "json"
+    assert config.database_url == "from-secret"
+
+
+def test_probes_ports_and_shutdown_timing_fit_together() -> None:
+    found = resources()
+    pod = found["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"grpc": 50051, "metrics": 9464}
+    assert container["readinessProbe"]["grpc"]["port"] == ports["grpc"]
+    assert container["livenessProbe"]["tcpSocket"]["port"] == "grpc"
+    pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    grace = next(int(item["value"]) for item in container["env"] if item["name"] == "CONTEXTFOLD_GRACE_SECONDS")
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + grace
+
+    service = found["Service"]["spec"]
+    labels = found["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"] == labels == found["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
+    grpc_port = next(port for port in service["ports"] if port["name"] == "grpc")
+    assert (grpc_port["appProtocol"], grpc_port["targetPort"]) == ("grpc", "grpc")
+    autoscaler = found["HorizontalPodAutoscaler"]["spec"]
+    assert autoscaler["scaleTargetRef"]["name"] == found["Deployment"]["metadata"]["name"]
+    assert autoscaler["minReplicas"] > found["PodDisruptionBudget"]["spec"]["minAvailable"]
+
+
+def test_the_istio_example_targets_the_workload() -> None:
+    found = resources()
+    labels = found["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    service = found["Service"]["metadata"]["name"]
+    for kind in ("PeerAuthentication", "AuthorizationPolicy"):
+        assert found[kind]["spec"]["selector"]["matchLabels"] == labels
+    assert found["PeerAuthentication"]["spec"]["mtls"]["mode"] == "STRICT"
+    assert found["DestinationRule"]["spec"]["host"] == service
+    route = found["VirtualService"]["spec"]["http"][0]
+    assert found["VirtualService"]["spec"]["hosts"] == [service]
+    assert route["route"][0]["destination"]["port"]["number"] == 50051
+    # Istio's gRPC retry conditions; each must be one it knows.
+    known = {"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+    known |= {"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx", "refused-stream"}
+    assert set(route["retries"]["retryOn"].split(",")) <= known
+    for document in documents(ROOT / "deploy" / "istio" / "contextfold.yaml"):
+        assert document["apiVersion"] in ("security.istio.io/v1", "networking.istio.io/v1")
