@@ -144,11 +144,15 @@ def test_metrics_show_calls_stages_providers_and_the_pool(ops: ServerProcess, cf
     with pytest.raises(InvalidArgument):
         cf.search_memories("  ")
 
-    metrics = scrape(ops)
+    # A failed call's status reaches the caller a moment before its metrics are recorded.
+    search = "/contextfold.v1.MemoryService/SearchMemories"
+    deadline = time.monotonic() + 10
+    while f'code="INVALID_ARGUMENT",method="{search}"' not in (metrics := scrape(ops)):
+        assert time.monotonic() < deadline, metrics
+        time.sleep(0.1)
 
     inject = "/contextfold.v1.InjectionService/Inject"
     assert sample(metrics, "contextfold_calls_total", method=inject, code="OK") >= 3
-    search = "/contextfold.v1.MemoryService/SearchMemories"
     assert sample(metrics, "contextfold_calls_total", method=search, code="INVALID_ARGUMENT") >= 1
     assert sample(metrics, "contextfold_call_duration_seconds_count", method=inject) >= 3
     for stage in ("embed", "search", "fold", "total"):

@@ -259,6 +259,9 @@ async def serve(config: Config) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
 
+    # The embedded Postgres first: pgserver runs initdb and postgres as another user, which
+    # takes a fork() that must not happen once gRPC's threads are running.
+    database_url = config.database_url or await asyncio.to_thread(start_embedded_postgres, config.data_dir)
     start_tracing()
     metrics = Metrics()
     pipeline = CallPipeline(metrics, config.max_in_flight)
@@ -294,7 +297,7 @@ async def serve(config: Config) -> None:
         logger.info("metrics on http://%s:%d/metrics", config.admin_host, admin_port)
 
     async with contextlib.AsyncExitStack() as running:
-        starting = asyncio.create_task(_start(config, running, late, pipeline, metrics))
+        starting = asyncio.create_task(_start(config, database_url, running, late, pipeline, metrics))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
@@ -338,13 +341,13 @@ async def _wait_for_database(database_url: str) -> None:
 
 async def _start(
     config: Config,
+    database_url: str,
     running: contextlib.AsyncExitStack,
     late: dict[str, _Late],
     pipeline: CallPipeline,
     metrics: Metrics,
 ) -> Embedder:
     """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
-    database_url = config.database_url or await asyncio.to_thread(start_embedded_postgres, config.data_dir)
     embedder_loading = asyncio.create_task(open_embedder(config))
     running.push_async_callback(_close_embedder, embedder_loading)
     await _wait_for_database(database_url)

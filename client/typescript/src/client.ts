@@ -37,7 +37,9 @@ export interface ClientOptions {
   address?: string;
   /** The deadline of every call, in milliseconds, unless the call sets its own. Default 10 000. */
   timeoutMs?: number;
-  /** Headers sent with every call, e.g. `{ authorization: "Bearer …" }`. */
+  /** The API key sent with every call (`authorization: Bearer …`). Default: `CONTEXTFOLD_API_KEY`, if set. */
+  apiKey?: string;
+  /** Other headers sent with every call. */
   headers?: Record<string, string>;
   /** Run around every call (e.g. to add per-call headers or log). */
   interceptors?: Interceptor[];
@@ -156,7 +158,8 @@ export class ContextfoldClient {
     if (transport === undefined) {
       const url = baseUrl(options.address ?? defaultAddress());
       this.sessions = new Http2SessionManager(url);
-      const headers = options.headers ?? {};
+      const apiKey = options.apiKey ?? process.env.CONTEXTFOLD_API_KEY;
+      const headers = { ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}), ...options.headers };
       const addHeaders: Interceptor = (next) => (request) => {
         for (const [name, value] of Object.entries(headers)) request.header.set(name, value);
         return next(request);
