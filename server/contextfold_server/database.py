@@ -1,14 +1,17 @@
 """The connection pool every Postgres adapter shares; database failures become UNAVAILABLE.
 
-Every connection is handed out for one namespace: it first names the namespace in
-the session (`contextfold.namespace`), which row-level security checks on every
-row read or written. Queries name the namespace too; the policies are the second
-line, holding even where a query forgot. When the login role would bypass the
-policies (a superuser, as with the embedded Postgres), connections act as the
+Every connection is handed out for one namespace: it names the namespace in the
+session (`contextfold.namespace`, set again whenever the connection changes hands
+between namespaces), which row-level security checks on every row read or
+written. Queries name the namespace too; the policies are the second line,
+holding even where a query forgot. When the login role would bypass the policies
+(a superuser, as with the embedded Postgres), connections act as the
 unprivileged service role.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import psycopg
 from pgvector.psycopg import register_vector_async
@@ -27,6 +30,8 @@ class Database:
     def __init__(self, conninfo: str, pool: AsyncConnectionPool) -> None:
         self.conninfo = conninfo
         self._pool = pool
+        # The namespace each pooled connection acts for, so it is set only when it changes.
+        self._namespaces: weakref.WeakKeyDictionary[psycopg.AsyncConnection, str] = weakref.WeakKeyDictionary()
 
     @classmethod
     async def open(cls, conninfo: str, min_size: int = 2, max_size: int = 10) -> Database:
@@ -50,7 +55,7 @@ class Database:
 
     def connection(self, namespace: str) -> _Connection:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
-        return _Connection(self._pool, namespace)
+        return _Connection(self._pool, namespace, self._namespaces)
 
     def stats(self) -> dict[str, int]:
         """The pool's size and use, for metrics."""
@@ -66,15 +71,25 @@ class Database:
 class _Connection:
     """A pooled connection yielding dict rows, acting for one namespace."""
 
-    def __init__(self, pool: AsyncConnectionPool, namespace: str) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        namespace: str,
+        namespaces: weakref.WeakKeyDictionary[psycopg.AsyncConnection, str],
+    ) -> None:
         self._context = pool.connection()
         self._namespace = namespace
+        self._namespaces = namespaces
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         try:
             conn = await self._context.__aenter__()
             conn.row_factory = dict_row
-            await conn.execute("SELECT set_config(%s, %s, false)", (NAMESPACE_SETTING, self._namespace))
+            if self._namespaces.get(conn) != self._namespace:
+                # Committed on its own, so no later rollback on this connection undoes it.
+                await conn.execute("SELECT set_config(%s, %s, false)", (NAMESPACE_SETTING, self._namespace))
+                await conn.commit()
+                self._namespaces[conn] = self._namespace
         except (psycopg.Error, TimeoutError) as error:
             raise Unavailable(f"database unavailable: {error}") from error
         return conn

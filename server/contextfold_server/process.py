@@ -33,6 +33,7 @@ from .api.providers import ProviderServicer
 from .customize.sandbox import Sandbox
 from .database import Database
 from .embedding import Embedder
+from .embedding.batching import BatchingEmbedder
 from .memory.embedded import default_data_dir, start_embedded_postgres
 from .memory.schema import migrate
 from .memory.search import MemorySearcher
@@ -197,16 +198,17 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 
 async def open_embedder(config: Config) -> Embedder:
+    """The configured embedder, with concurrent calls batched and recent texts cached."""
     if config.embedder == "openai":
         from .embedding.openai_compatible import OpenAICompatibleEmbedder
 
         remote = OpenAICompatibleEmbedder(config.openai_base_url, config.openai_model, config.openai_api_key)
         await remote.start()
-        return remote
+        return BatchingEmbedder(remote)
     from .embedding.local import LocalEmbedder
 
     # Loading the model takes seconds of CPU: keep it off the event loop.
-    return await asyncio.to_thread(LocalEmbedder)
+    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder))
 
 
 def server_options(config: Config) -> list[tuple[str, Any]]:
