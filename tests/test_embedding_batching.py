@@ -17,6 +17,9 @@ def test_concurrent_texts_share_model_calls_and_get_their_own_vectors() -> None:
 
         together = await asyncio.gather(*(batching.embed([text]) for text in texts))
         alone = [await model.embed([text]) for text in texts]
+        # The model's vectors are sentence-transformers' own.
+        reference = model._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+        assert np.allclose(np.array(alone)[:, 0, :], reference, atol=1e-5)
 
         # Texts that arrive while the model is busy (or before it starts) go in together.
         assert batching.model_calls <= 2
