@@ -106,6 +106,15 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        5,
+        # A narrow scope (one user's entries among many) is fastest searched exactly, from these;
+        # a broad one through the HNSW index. The planner weighs the two with the table's statistics.
+        "".join(
+            f"CREATE INDEX memories_by_{column} ON {SCHEMA}.memories (namespace, store, {column}) WHERE {column} <> '';"
+            for column in ("user_id", "agent_id", "session_id")
+        ),
+    ),
 ]
 
 

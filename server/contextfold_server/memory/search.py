@@ -46,24 +46,20 @@ class MemorySearcher:
             with span("contextfold.embed", model=self.embedder.name):
                 (vector,) = await self.embedder.embed([text])
             durations["embed"] = time.perf_counter() - started
-        known = await self.store.get_stores(namespace, stores)
+        searching = time.perf_counter()
+        with span("contextfold.search", stores=len(stores), limit=limit):
+            # The stores are checked from the same round trip as the search; on a bad name the
+            # search was wasted, which only a failing call pays for.
+            known, results = await self.store.search(namespace, vector, stores, scope, limit, min_score, exclude_ids)
+        durations["search"] = time.perf_counter() - searching
         for name in stores:
             if name not in known:
                 raise NotFound("store", name)
-            if known[name].dimension != len(vector):
+            if known[name] != len(vector):
                 raise InvalidArgument.of(
                     mismatch_field,
-                    f"the query vector has {len(vector)} dimensions; store {name!r} has {known[name].dimension}",
+                    f"the query vector has {len(vector)} dimensions; store {name!r} has {known[name]}",
                 )
-        searched = [name for name, record in known.items() if record.dimension == len(vector)]
-        searching = time.perf_counter()
-        with span("contextfold.search", stores=len(searched), limit=limit):
-            results = (
-                await self.store.search(namespace, vector, searched, scope, limit, min_score, exclude_ids)
-                if searched
-                else []
-            )
-        durations["search"] = time.perf_counter() - searching
         return results, durations
 
     def port(self, namespace: str, scope: Scope):

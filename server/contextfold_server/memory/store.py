@@ -226,38 +226,50 @@ class PostgresMemoryStore:
         limit: int,
         min_score: float | None = None,
         exclude_ids: Sequence[str] = (),
-    ) -> list[ScoredRecord]:
-        """The `limit` entries nearest to `vector` across `stores`, most similar first."""
+    ) -> tuple[dict[str, int], list[ScoredRecord]]:
+        """In one round trip: the dimension of each store asked for that exists (every store of the
+        namespace when `stores` is empty), and the `limit` entries nearest to `vector` across those
+        of its dimension, most similar first."""
         dimension = len(vector)
         distance = sql.SQL("(embedding::vector({dim})) <=> %(vector)s").format(dim=sql.Literal(dimension))
         query = sql.SQL(
+            "WITH known AS MATERIALIZED ("
+            " SELECT name, dimension FROM {stores}"
+            " WHERE namespace = %(namespace)s AND (cardinality(%(names)s::text[]) = 0 OR name = ANY(%(names)s::text[]))"
+            "), candidates AS MATERIALIZED ("
             # Iterative index scans may return near-ties slightly out of order;
             # the outer sort restores exact order over the few candidates.
-            "WITH candidates AS MATERIALIZED ("
-            " SELECT {columns}, {distance} AS distance FROM {table}"
-            " WHERE namespace = %(namespace)s AND dimension = {dim} AND store = ANY(%(stores)s)"
+            " SELECT {columns}, {distance} AS distance FROM {memories}"
+            " WHERE namespace = %(namespace)s AND dimension = {dim}"
+            " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
             " AND NOT (id = ANY(%(exclude)s)){scope}"
             " ORDER BY distance LIMIT %(limit)s"
-            ") SELECT * FROM candidates WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s"
-            " ORDER BY distance"
+            ") SELECT (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) AS known, found.*"
+            " FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
+            " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
+            " ORDER BY found.distance"
         ).format(
+            stores=sql.Identifier(SCHEMA, "stores"),
             columns=sql.SQL(_MEMORY_COLUMNS),
             distance=distance,
-            table=sql.Identifier(SCHEMA, "memories"),
+            memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
             scope=_scope_filter(scope),
         )
         params = {
             "namespace": namespace,
+            "names": list(stores),
             "vector": np.asarray(vector, dtype=np.float32),
-            "stores": list(stores),
             "exclude": list(exclude_ids),
             "limit": limit,
             "max_distance": None if min_score is None else 1.0 - min_score,
         }
         async with self._connection(namespace) as conn:
             cursor = await conn.execute(query, params)
-            return [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in await cursor.fetchall()]
+            rows = await cursor.fetchall()
+        known = dict(rows[0]["known"])
+        results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
+        return known, results
 
     async def get_memory(self, namespace: str, memory_id: str) -> MemoryRecord:
         async with self._connection(namespace) as conn:
