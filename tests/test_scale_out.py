@@ -1,9 +1,10 @@
 """Scale-out: two replicas on one Postgres behind Debian's nginx (`grpc_pass`, round robin).
 
 The service holds no state of its own, so any replica serves any call: calls through
-the proxy reach both, a registration made through one is used by the other, and
-when one replica is sent SIGTERM under load, no call fails. nginx comes from the
-Debian archive: the installed one, or the package unpacked here (no root needed).
+the proxy reach both, each reading what the other stored, and when one replica is
+sent SIGTERM under load, no call fails (the proxy retries refused connections; the
+client retries reads cut off by the stop). nginx comes from the Debian archive: the
+installed one, or the package unpacked here (no root needed).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ http {{
     upstream contextfold {{
         server {first};
         server {second};
+        # Long-lived HTTP/2 connections to each replica, as a mesh sidecar keeps them: a
+        # stopping replica says GOAWAY on them, and new calls go to the other one.
+        keepalive 16;
     }}
     server {{
         listen 127.0.0.1:{port} http2;

@@ -326,6 +326,9 @@ async def serve(config: Config) -> None:
         await health_servicer.enter_graceful_shutdown()
         await asyncio.sleep(config.drain_seconds)
         await server.stop(config.grace_seconds)
+        # The last answers are written by gRPC's own threads: let them reach the wire before exit.
+        await server.wait_for_termination(timeout=1.0)
+        await asyncio.sleep(0.2)
     stop_tracing()
     logger.info("stopped")
 

@@ -8,7 +8,9 @@ messages, which are typed.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -27,6 +29,35 @@ DEFAULT_TARGET = "localhost:50051"
 def default_target() -> str:
     """Where a client connects when not told: CONTEXTFOLD_ADDRESS, else localhost:50051."""
     return os.environ.get("CONTEXTFOLD_ADDRESS", DEFAULT_TARGET)
+
+
+# Calls that are safe to repeat (they change nothing) are tried again, after a short backoff,
+# when the service is UNAVAILABLE or cut the call off (CANCELLED, never by this client): a
+# replica starting, draining or gone, or a proxy between that lost it. Writes are not.
+_SAFE_TO_REPEAT = frozenset(
+    {
+        ("injection", "Inject"),
+        ("memory", "ListStores"),
+        ("memory", "SearchMemories"),
+        ("memory", "GetMemory"),
+        ("memory", "ListMemories"),
+        ("providers", "GetProvider"),
+        ("providers", "ListProviders"),
+    }
+)
+_RETRIED_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+_ATTEMPTS = 3
+_BACKOFF = 0.05
+
+
+def _retry_after(call: _Call[Any], error: grpc.RpcError, attempt: int, deadline: float | None) -> float | None:
+    """Seconds to wait before trying `call` again, or None when it must not be tried again."""
+    if (call.service, call.method) not in _SAFE_TO_REPEAT or error.code() not in _RETRIED_CODES:
+        return None
+    backoff = _BACKOFF * 2**attempt
+    if attempt + 1 >= _ATTEMPTS or (deadline is not None and time.monotonic() + backoff >= deadline):
+        return None
+    return backoff
 
 
 def _call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
@@ -171,10 +202,18 @@ class Client:
 
     def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
         method = getattr(self._stubs[call.service], call.method)
-        try:
-            return call.read(method(call.request, timeout=timeout or self.timeout, metadata=self._metadata))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        limit = timeout or self.timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        for attempt in range(_ATTEMPTS):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return call.read(method(call.request, timeout=left, metadata=self._metadata))
+            except grpc.RpcError as error:
+                wait = _retry_after(call, error, attempt, deadline)
+                if wait is None:
+                    raise from_rpc_error(error) from None
+                time.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _pages(self, call_for: Callable[[str], _Call[Any]], items: str) -> Iterator[Any]:
         """Every item of a paged listing, fetching pages as they are needed."""
@@ -277,10 +316,18 @@ class AsyncClient:
 
     async def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
         method = getattr(self._stubs[call.service], call.method)
-        try:
-            return call.read(await method(call.request, timeout=timeout or self.timeout, metadata=self._metadata))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        limit = timeout or self.timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        for attempt in range(_ATTEMPTS):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return call.read(await method(call.request, timeout=left, metadata=self._metadata))
+            except grpc.RpcError as error:
+                wait = _retry_after(call, error, attempt, deadline)
+                if wait is None:
+                    raise from_rpc_error(error) from None
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _pages(self, call_for: Callable[[str], _Call[Any]], items: str) -> AsyncIterator[Any]:
         """Every item of a paged listing, fetching pages as they are needed."""

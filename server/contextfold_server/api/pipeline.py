@@ -1,7 +1,7 @@
 """What every contextfold call goes through before and after its servicer.
 
-In order: a request id (the caller's `x-request-id`, or a new one, echoed in the
-response's initial metadata); a server span joined to the caller's W3C trace
+In order: a request id (the caller's `x-request-id`, or a new one, returned in
+the answer's initial metadata); a server span joined to the caller's W3C trace
 context; readiness (UNAVAILABLE while the database or the model is starting);
 load shedding (RESOURCE_EXHAUSTED past the limit of calls in flight, rather than
 a queue that grows without bound); the caller's API key, namespace and role;
@@ -87,7 +87,6 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         request_id = sent.get("x-request-id", "")
         if not _REQUEST_ID.fullmatch(request_id):
             request_id = uuid.uuid4().hex
-        await context.send_initial_metadata((("x-request-id", request_id),))
         caller: Caller | None = None
         with tracer.start_as_current_span(
             method.lstrip("/"),
@@ -109,6 +108,9 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     self._metrics.in_flight.dec()
                 if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
                     self._metrics.observe_injection(caller.namespace, response.report)
+                # Headers go with the answer, not before: a call cut off before it answers has sent
+                # nothing, so a proxy may still retry it on another replica.
+                await context.send_initial_metadata((("x-request-id", request_id),))
                 return response
             except ServiceError as error:
                 await abort_with(context, error)
