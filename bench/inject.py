@@ -260,7 +260,7 @@ def table(rows: list[Row], recall: dict[int, float]) -> str:
             f" {r.per_second:>8.1f}"
         )
     for entries, value in recall.items():
-        lines.append(f"recall@5, scoped HNSW search vs exact, {entries} entries: {value:.3f}")
+        lines.append(f"recall@5, scoped search (the planner's index) vs exact, {entries} entries: {value:.3f}")
     return "\n".join(lines)
 
 
