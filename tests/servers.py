@@ -59,6 +59,8 @@ def start_server(
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=ROOT,
+        # A process group of its own, as a terminal gives a command: a test may signal it whole.
+        start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
     deadline = time.monotonic() + timeout

@@ -339,3 +339,17 @@ def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
 
 def test_the_session_server_runs_open_and_says_so(server: ServerProcess) -> None:
     assert "NO API KEYS: the service is OPEN" in server.log()
+
+
+def test_ctrl_c_in_a_terminal_stops_the_server_and_its_workers_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C signals the whole process group: the server and its sandbox workers at once."""
+    database = Postgres(tmp_path / "pgdata")
+    server = start_server(tmp_path / "server.log", "--database-url", database.url)
+    try:
+        os.killpg(server.process.pid, signal.SIGINT)
+        assert server.process.wait(60) == 0, server.log()
+        assert "Traceback" not in server.log()
+        assert '"message": "stopped"' in server.log()
+    finally:
+        server.stop()
+        database.cleanup()

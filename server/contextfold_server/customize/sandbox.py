@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import pickle
 import struct
@@ -35,7 +36,7 @@ class Sandbox:
         await asyncio.gather(*self._respawning, return_exceptions=True)
         while not self._idle.empty():
             worker = self._idle.get_nowait()
-            worker.kill()
+            _kill(worker)
             await worker.wait()
 
     @staticmethod
@@ -80,8 +81,7 @@ class Sandbox:
         return value
 
     def _replace(self, worker: asyncio.subprocess.Process) -> None:
-        if worker.returncode is None:
-            worker.kill()
+        _kill(worker)
         logger.warning("reason=<overrun, crash or cancellation> | sandbox worker replaced")
         task = asyncio.get_running_loop().create_task(self._respawn(worker))
         self._respawning.add(task)
@@ -97,3 +97,11 @@ class Sandbox:
                 # The pool must heal: a worker that cannot start now is tried again.
                 logger.error("reason=<%s> | sandbox worker failed to start | retrying in 1s", error)
                 await asyncio.sleep(1.0)
+
+
+def _kill(worker: asyncio.subprocess.Process) -> None:
+    """Kill a worker that may have ended already: a signal to the whole process group (Ctrl-C in
+    a terminal) reaches the workers too, and stopping must not fail on a worker that is gone."""
+    with contextlib.suppress(ProcessLookupError):
+        if worker.returncode is None:
+            worker.kill()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import resource
+import signal
 import struct
 import sys
 
@@ -42,6 +43,9 @@ def serve(stdin, stdout) -> None:
 
 
 if __name__ == "__main__":
+    # The server decides when a worker ends (it kills it); Ctrl-C in a terminal reaches the
+    # whole process group, and is the server's to handle.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     # Load both engines before the first request, not during it, then say so: a
     # request's time limit must not pay for this process starting.
