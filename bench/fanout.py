@@ -12,17 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from contextfold import Client
 
-from tests.servers import start_server
+from tests.servers import provider_fixtures, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROVIDER_DELAY = 0.1
@@ -55,12 +52,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         server = start_server(Path(scratch) / "server.log", "--data-dir", str(Path(scratch) / "pgdata"))
-        providers = subprocess.Popen(
-            [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-        )
         try:
-            port = json.loads(providers.stdout.readline())["scripted"]
-            with Client(server.address, timeout=30) as cf:
+            with provider_fixtures() as ports, Client(server.address, timeout=30) as cf:
+                port = ports["scripted"]
                 cf.create_store("drinks")
                 cf.add_memories("drinks", [f"The user drinks {kind} in the morning" for kind in ("tea", "coffee")])
                 cf.add_memories("drinks", [f"Unrelated fact number {n}" for n in range(200)])
@@ -74,8 +68,6 @@ def main() -> None:
                     "memory + a + b": time_calls(cf, args.calls, providers=["a", "b"], app_state=app_state),
                 }
         finally:
-            providers.send_signal(signal.SIGTERM)
-            providers.wait(10)
             server.stop()
 
     p50 = {name: statistics.median(samples) for name, samples in runs.items()}

@@ -26,10 +26,7 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -41,7 +38,7 @@ import psycopg
 from contextfold import AsyncClient
 from pgvector.psycopg import register_vector
 
-from tests.servers import Postgres, start_server
+from tests.servers import Postgres, provider_fixtures, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -331,16 +328,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         database = Postgres(Path(scratch) / "pgdata")
         server = start_server(Path(scratch) / "server.log", "--database-url", database.url)
-        providers = subprocess.Popen(
-            [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-        )
         try:
-            port = json.loads(providers.stdout.readline())["scripted"]
-            started = time.perf_counter()
-            results = asyncio.run(measure(args, server.address, database.url, port))
+            with provider_fixtures() as ports:
+                started = time.perf_counter()
+                results = asyncio.run(measure(args, server.address, database.url, ports["scripted"]))
         finally:
-            providers.send_signal(signal.SIGTERM)
-            providers.wait(10)
             server.stop()
             database.cleanup()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -85,6 +86,23 @@ def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
         yield process
     finally:
         assert process.stop() == 0, process.log()
+
+
+@contextlib.contextmanager
+def provider_fixtures() -> Iterator[dict[str, int]]:
+    """The providers of `tests.provider_fixtures`, in a process of their own: each behaviour's port."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield json.loads(process.stdout.readline())
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def health_status(address: str, timeout: float = 10.0, credentials: grpc.ChannelCredentials | None = None) -> str:

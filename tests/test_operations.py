@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,19 +26,15 @@ from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 from .certs import make_certificates
 from .conftest import unique, user
 from .fake_otlp_collector import FakeCollector
-from .servers import ROOT, SERVE, Postgres, ServerProcess, health_status, start_server
+from .servers import ROOT, SERVE, Postgres, ServerProcess, health_status, provider_fixtures, start_server
 
 LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
 
 @pytest.fixture(scope="module")
 def providers() -> Iterator[dict[str, int]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    yield json.loads(process.stdout.readline())
-    process.terminate()
-    process.wait(10)
+    with provider_fixtures() as ports:
+        yield ports
 
 
 @pytest.fixture(scope="module")

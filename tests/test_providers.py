@@ -8,7 +8,6 @@ providers registered here are asked by no other test.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -26,7 +25,7 @@ from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, Unavai
 from contextfold.v1 import injection_pb2
 
 from .conftest import assistant, user
-from .servers import Postgres, ServerProcess, serving, start_server
+from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = injection_pb2
@@ -64,9 +63,8 @@ def stop_process(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def ports() -> Iterator[dict[str, int]]:
-    process = start_process("-m", "tests.provider_fixtures")
-    yield json.loads(process.stdout.readline())
-    stop_process(process)
+    with provider_fixtures() as started:
+        yield started
 
 
 @pytest.fixture

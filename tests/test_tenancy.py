@@ -22,7 +22,7 @@ from contextfold.errors import PermissionDenied, Unauthenticated
 from contextfold.v1 import injection_pb2
 
 from .conftest import user
-from .servers import ROOT, Postgres, ServerProcess, start_server
+from .servers import ROOT, Postgres, ServerProcess, provider_fixtures, start_server
 
 KEYS = (sys.executable, "-m", "contextfold.cli", "keys")
 
@@ -166,15 +166,9 @@ def test_two_tenants_never_see_each_other(server: ServerProcess, tenants: Tenant
 
 @pytest.fixture(scope="module")
 def scripted_provider() -> Iterator[int]:
-    """The scripted provider of `tests.provider_fixtures`, in a process of its own: its port."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        yield json.loads(process.stdout.readline())["scripted"]
-    finally:
-        process.terminate()
-        process.wait(10)
+    """The scripted provider of `tests.provider_fixtures`: its port."""
+    with provider_fixtures() as ports:
+        yield ports["scripted"]
 
 
 def test_providers_are_per_tenant(server: ServerProcess, tenants: Tenants, as_tenant, scripted_provider: int) -> None:

@@ -46,11 +46,19 @@ from .providers.registry import ProviderDirectory, ProviderRepository
 
 logger = logging.getLogger("contextfold")
 
-SERVICE_NAMES = (
-    injection_pb2.DESCRIPTOR.services_by_name["InjectionService"].full_name,
-    memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name,
-    provider_pb2.DESCRIPTOR.services_by_name["ProviderService"].full_name,
+# contextfold's services: each one's descriptor, and how its servicer joins a server.
+SERVICES = (
+    (
+        injection_pb2.DESCRIPTOR.services_by_name["InjectionService"],
+        injection_pb2_grpc.add_InjectionServiceServicer_to_server,
+    ),
+    (memory_pb2.DESCRIPTOR.services_by_name["MemoryService"], memory_pb2_grpc.add_MemoryServiceServicer_to_server),
+    (
+        provider_pb2.DESCRIPTOR.services_by_name["ProviderService"],
+        provider_pb2_grpc.add_ProviderServiceServicer_to_server,
+    ),
 )
+SERVICE_NAMES = tuple(service.full_name for service, _ in SERVICES)
 
 
 @dataclass(frozen=True)
@@ -268,25 +276,21 @@ async def serve(config: Config) -> None:
     metrics = Metrics()
     pipeline = CallPipeline(metrics, config.max_in_flight)
     server = grpc.aio.server(interceptors=[pipeline], options=server_options(config))
-    late = {
-        name: _Late(module.DESCRIPTOR.services_by_name[name])
-        for module, name in (
-            (injection_pb2, "InjectionService"),
-            (memory_pb2, "MemoryService"),
-            (provider_pb2, "ProviderService"),
-        )
-    }
-    injection_pb2_grpc.add_InjectionServiceServicer_to_server(late["InjectionService"], server)
-    memory_pb2_grpc.add_MemoryServiceServicer_to_server(late["MemoryService"], server)
-    provider_pb2_grpc.add_ProviderServiceServicer_to_server(late["ProviderService"], server)
+    late = {service.name: _Late(service) for service, _ in SERVICES}
+    for service, add_to_server in SERVICES:
+        add_to_server(late[service.name], server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     address = f"{config.host}:{config.port}"
     credentials = _credentials(config)
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def report_health(status: health_pb2.HealthCheckResponse.ServingStatus.ValueType) -> None:
+        for name in ("", *SERVICE_NAMES):
+            await health_servicer.set(name, status)
+
+    await report_health(health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
     logger.info(
         "listening on %s:%d (%s); NOT_SERVING until the database and the model are ready",
@@ -304,8 +308,7 @@ async def serve(config: Config) -> None:
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
             embedder = starting.result()  # a start-up that failed raises here
-            for name in ("", *SERVICE_NAMES):
-                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await report_health(health_pb2.HealthCheckResponse.SERVING)
             logger.info(
                 "serving on %s:%d | embedder=<%s> dimension=<%d>", config.host, port, embedder.name, embedder.dimension
             )

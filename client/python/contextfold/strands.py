@@ -36,8 +36,7 @@ from strands.memory import MemoryEntry
 from strands.middleware.stages import InvokeModelStage
 from strands.plugins.plugin import Plugin
 
-from . import _requests
-from .client import Client
+from .client import Client, _calls
 from .v1 import injection_pb2
 
 if TYPE_CHECKING:
@@ -72,7 +71,7 @@ class ContextInjection(Plugin):
         **options: Any,
     ) -> None:
         super().__init__()
-        _requests.inject([], **_inject_options(options))  # bad options fail here, not on the first turn
+        _calls.inject([], **options)  # bad options fail here, not on the first turn
         self._client = client or Client(target)
         self._timeout = timeout
         self._on_report = on_report
@@ -108,13 +107,6 @@ class ContextInjection(Plugin):
         folded[index] = cast("Message", {**original, "content": content})
         trailing = len(added) if index == len(folded) - 1 else 0
         return replace(context, messages=folded, dynamic_trailing_blocks=context.dynamic_trailing_blocks + trailing)
-
-
-def _inject_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    converted = dict(options)
-    if "scope" in converted:
-        converted["scope_"] = converted.pop("scope")
-    return converted
 
 
 def _shown(block: Mapping[str, Any]) -> dict[str, Any]:
