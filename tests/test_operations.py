@@ -156,6 +156,10 @@ def test_metrics_show_calls_stages_providers_and_the_pool(ops: ServerProcess, cf
     assert sample(metrics, "contextfold_provider_duration_seconds_count", provider=clock) == 3
     assert sample(metrics, "contextfold_db_pool_connections", state="size") >= 1
     assert sample(metrics, "contextfold_calls_in_flight") == 0
+    # The entry and the question went to the model; the question's two repeats came from the cache.
+    assert sample(metrics, "contextfold_embedding_model_calls_total") >= 2
+    assert sample(metrics, "contextfold_embedding_texts_total") >= 2
+    assert sample(metrics, "contextfold_embedding_cache_hits_total") >= 2
     cf.delete_provider(clock)
 
 
@@ -223,7 +227,12 @@ def test_one_json_log_line_per_call_with_a_request_id_and_no_bodies(ops: ServerP
     assert logged["namespace"] == "default"
     assert logged["duration_ms"] > 0
     assert {"time", "level", "logger", "peer", "trace_id"} <= set(logged)
-    assert [line["code"] for line in lines if line.get("request_id") == new_id] == ["OK"]
+    # What the injection did, in the same line: memory was injected, or skipped with its reason.
+    assert set(logged["injected"]) | set(logged["skipped"]) == {"memory"}
+    assert (logged["tokens"] > 0) == (logged["injected"] == ["memory"])
+    (empty,) = [line for line in lines if line.get("request_id") == new_id]
+    assert empty["code"] == "OK"
+    assert (empty["injected"], empty["skipped"], empty["tokens"]) == ([], {"memory": "SKIP_REASON_NOT_TRIGGERED"}, 0)
     assert secret not in ops.log()
 
 

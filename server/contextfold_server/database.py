@@ -23,7 +23,12 @@ from .memory.schema import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_securit
 
 # Enough candidates per probe that filtered searches stay accurate, and pgvector
 # 0.8's iterative scan keeps probing when a scope filter discards candidates.
-_SEARCH_SETTINGS = "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order"
+# Statements psycopg prepares are planned for their values on every execution: a
+# generic plan knows neither the limit nor the scope, and would sort the whole
+# table rather than walk the vector index.
+SEARCH_SETTINGS = (
+    "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
+)
 
 
 class Database:
@@ -37,15 +42,23 @@ class Database:
     async def open(cls, conninfo: str, min_size: int = 2, max_size: int = 10) -> Database:
         async def configure(conn: psycopg.AsyncConnection) -> None:
             await register_vector_async(conn)
-            await conn.execute(_SEARCH_SETTINGS)
+            await conn.execute(SEARCH_SETTINGS)
             if await bypasses_row_security(conn):
                 await conn.execute(f"SET ROLE {SERVICE_ROLE}")
             await conn.commit()
 
         # A short wait for a connection: when the database is down, callers hear
         # so quickly, and injection fails open well within an agent's deadline.
+        # Autocommit: a read is one round trip (no BEGIN before it, no ROLLBACK when the
+        # connection goes back to the pool); writes open their transactions explicitly.
         pool = AsyncConnectionPool(
-            conninfo, min_size=min_size, max_size=max_size, configure=configure, open=False, timeout=2.0
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=configure,
+            open=False,
+            timeout=2.0,
         )
         await pool.open(wait=True, timeout=30.0)
         return cls(conninfo, pool)

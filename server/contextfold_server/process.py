@@ -32,7 +32,6 @@ from .api.pipeline import CallPipeline
 from .api.providers import ProviderServicer
 from .customize.sandbox import Sandbox
 from .database import Database
-from .embedding import Embedder
 from .embedding.batching import BatchingEmbedder
 from .memory.embedded import default_data_dir, start_embedded_postgres
 from .memory.schema import migrate
@@ -205,7 +204,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     )
 
 
-async def open_embedder(config: Config) -> Embedder:
+async def open_embedder(config: Config) -> BatchingEmbedder:
     """The configured embedder, with concurrent calls batched and recent texts cached."""
     if config.embedder == "openai":
         from .embedding.openai_compatible import OpenAICompatibleEmbedder
@@ -354,7 +353,7 @@ async def _start(
     late: dict[str, _Late],
     pipeline: CallPipeline,
     metrics: Metrics,
-) -> Embedder:
+) -> BatchingEmbedder:
     """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
     embedder_loading = asyncio.create_task(open_embedder(config))
     running.push_async_callback(_close_embedder, embedder_loading)
@@ -376,6 +375,7 @@ async def _start(
     running.push_async_callback(sandbox.close)
     await sandbox.start()
     embedder = await embedder_loading
+    metrics.watch_embedder(embedder.counts)
     searcher = MemorySearcher(store, embedder)
     late["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
     late["MemoryService"].target = MemoryServicer(store, embedder, searcher)
@@ -384,7 +384,7 @@ async def _start(
     return embedder
 
 
-async def _close_embedder(loading: asyncio.Task[Embedder]) -> None:
+async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
     if not loading.done():
         loading.cancel()
     embedder = (await asyncio.gather(loading, return_exceptions=True))[0]

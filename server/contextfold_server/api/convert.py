@@ -224,7 +224,9 @@ def check_memory_id(memory_id: str, field: str) -> str:
 
 
 def check_vector(vector: Sequence[float], field: str) -> None:
-    if vector and not all(math.isfinite(value) for value in vector):
+    # Protobuf floats are 32-bit, so a sum of finite ones cannot overflow: it is finite
+    # exactly when every element is (an inf or a NaN carries through; +inf and -inf make NaN).
+    if vector and not math.isfinite(sum(vector)):
         raise InvalidArgument.of(field, "must hold finite numbers only")
     if vector and not any(vector):
         raise InvalidArgument.of(field, "must not be all zeros: it has no direction to compare")

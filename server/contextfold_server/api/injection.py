@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import grpc
 from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
 
@@ -25,8 +23,6 @@ from .convert import (
     turns_from_messages,
 )
 from .status import reports_errors
-
-logger = logging.getLogger(__name__)
 
 
 class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
@@ -84,11 +80,4 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome))
         if outcome.blocks:
             response.messages[outcome.target_index].content.extend(injected_block(b) for b in outcome.blocks)
-        logger.info(
-            "blocks=<%s> skipped=<%s> tokens=<%d> total_ms=<%.1f> | inject",
-            ",".join(block.source for block in outcome.blocks),
-            ",".join(f"{s.source}:{s.skip_reason.value}" for s in outcome.sources if s.skip_reason),
-            outcome.total_tokens,
-            outcome.durations.get("total", 0.0) * 1000,
-        )
         return response

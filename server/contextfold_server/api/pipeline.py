@@ -88,6 +88,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         if not _REQUEST_ID.fullmatch(request_id):
             request_id = uuid.uuid4().hex
         caller: Caller | None = None
+        outcome: dict[str, Any] = {}
         with tracer.start_as_current_span(
             method.lstrip("/"),
             context=context_from_metadata(metadata),
@@ -108,6 +109,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     self._metrics.in_flight.dec()
                 if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
                     self._metrics.observe_injection(caller.namespace, response.report)
+                    outcome = _injection_fields(response.report)
                 # Headers go with the answer, not before: a call cut off before it answers has sent
                 # nothing, so a proxy may still retry it on another replica.
                 await context.send_initial_metadata((("x-request-id", request_id),))
@@ -129,6 +131,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     key_id=caller.key_id if caller else None,
                     peer=context.peer(),
                     trace_id=format(span.get_span_context().trace_id, "032x"),
+                    **outcome,
                 )
 
     def _admit(self, method: str, metadata: dict[str, str]) -> Caller:
@@ -155,6 +158,19 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 "ADMIN_ROLE_REQUIRED", f"{name} needs an admin key; this key's role is {caller.role}"
             )
         return caller
+
+
+def _injection_fields(report: injection_pb2.InjectionReport) -> dict[str, Any]:
+    """What an `Inject` folded in, for its call's log line: sources injected and skipped, tokens."""
+    return {
+        "injected": [source.source for source in report.sources if source.injected],
+        "skipped": {
+            source.source: injection_pb2.SkipReason.Name(source.skip_reason)
+            for source in report.sources
+            if not source.injected
+        },
+        "tokens": report.total_tokens,
+    }
 
 
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

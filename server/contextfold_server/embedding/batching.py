@@ -26,6 +26,7 @@ class BatchingEmbedder:
         self._waiting: dict[str, asyncio.Future[list[float]]] = {}
         self._worker: asyncio.Task | None = None
         self.model_calls = 0
+        self.texts_embedded = 0
         self.cache_hits = 0
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
@@ -53,6 +54,7 @@ class BatchingEmbedder:
                 del self._waiting[text]
             try:
                 self.model_calls += 1
+                self.texts_embedded += len(batch)
                 vectors = await self._inner.embed(list(batch))
             except Exception as error:  # noqa: BLE001 - every caller in the batch hears of it
                 for future in batch.values():
@@ -63,6 +65,10 @@ class BatchingEmbedder:
                 self._remember(text, vector)
                 if not future.done():
                     future.set_result(vector)
+
+    def counts(self) -> dict[str, int]:
+        """Model calls, texts the model embedded (their ratio is the mean batch), and cache hits."""
+        return {"model_calls": self.model_calls, "texts": self.texts_embedded, "cache_hits": self.cache_hits}
 
     def _remember(self, text: str, vector: list[float]) -> None:
         self._cache[text] = vector

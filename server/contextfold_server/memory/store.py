@@ -6,6 +6,7 @@ for it (row-level security): no call reads or changes another namespace's rows.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Sequence
@@ -99,6 +100,44 @@ def _scope_filter(scope: Scope) -> sql.Composable:
         if value
     ]
     return sql.SQL("").join(sql.SQL(" AND ") + clause for clause in clauses)
+
+
+_SCOPE_COLUMNS = ("user_id", "agent_id", "session_id")
+
+
+@functools.lru_cache(maxsize=128)
+def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
+    """The search statement for a dimension and the scope columns set; composed once, so every
+    search of the same shape sends the same text (prepared by psycopg, planned per values)."""
+    return (
+        sql.SQL(
+            "WITH known AS MATERIALIZED ("
+            " SELECT name, dimension FROM {stores}"
+            " WHERE namespace = %(namespace)s AND (cardinality(%(names)s::text[]) = 0 OR name = ANY(%(names)s::text[]))"
+            "), candidates AS MATERIALIZED ("
+            # Iterative index scans may return near-ties slightly out of order;
+            # the outer sort restores exact order over the few candidates.
+            " SELECT {columns}, (embedding::vector({dim})) <=> %(vector)s AS distance FROM {memories}"
+            " WHERE namespace = %(namespace)s AND dimension = {dim}"
+            " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
+            " AND NOT (id = ANY(%(exclude)s)){scope}"
+            " ORDER BY distance LIMIT %(limit)s"
+            ") SELECT (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) AS known, found.*"
+            " FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
+            " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
+            " ORDER BY found.distance"
+        )
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            columns=sql.SQL(_MEMORY_COLUMNS),
+            memories=sql.Identifier(SCHEMA, "memories"),
+            dim=sql.Literal(dimension),
+            scope=sql.SQL("").join(
+                sql.SQL(" AND {} = {}").format(sql.Identifier(column), sql.Placeholder(column)) for column in scoped
+            ),
+        )
+        .as_string(None)
+    )
 
 
 class PostgresMemoryStore:
@@ -231,33 +270,10 @@ class PostgresMemoryStore:
         namespace when `stores` is empty), and the `limit` entries nearest to `vector` across those
         of its dimension, most similar first."""
         dimension = len(vector)
-        distance = sql.SQL("(embedding::vector({dim})) <=> %(vector)s").format(dim=sql.Literal(dimension))
-        query = sql.SQL(
-            "WITH known AS MATERIALIZED ("
-            " SELECT name, dimension FROM {stores}"
-            " WHERE namespace = %(namespace)s AND (cardinality(%(names)s::text[]) = 0 OR name = ANY(%(names)s::text[]))"
-            "), candidates AS MATERIALIZED ("
-            # Iterative index scans may return near-ties slightly out of order;
-            # the outer sort restores exact order over the few candidates.
-            " SELECT {columns}, {distance} AS distance FROM {memories}"
-            " WHERE namespace = %(namespace)s AND dimension = {dim}"
-            " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
-            " AND NOT (id = ANY(%(exclude)s)){scope}"
-            " ORDER BY distance LIMIT %(limit)s"
-            ") SELECT (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) AS known, found.*"
-            " FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
-            " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
-            " ORDER BY found.distance"
-        ).format(
-            stores=sql.Identifier(SCHEMA, "stores"),
-            columns=sql.SQL(_MEMORY_COLUMNS),
-            distance=distance,
-            memories=sql.Identifier(SCHEMA, "memories"),
-            dim=sql.Literal(dimension),
-            scope=_scope_filter(scope),
-        )
+        scoped = tuple(column for column in _SCOPE_COLUMNS if getattr(scope, column))
         params = {
             "namespace": namespace,
+            **{column: getattr(scope, column) for column in scoped},
             "names": list(stores),
             "vector": np.asarray(vector, dtype=np.float32),
             "exclude": list(exclude_ids),
@@ -265,7 +281,7 @@ class PostgresMemoryStore:
             "max_distance": None if min_score is None else 1.0 - min_score,
         }
         async with self._connection(namespace) as conn:
-            cursor = await conn.execute(query, params)
+            cursor = await conn.execute(_search_query(dimension, scoped), params)
             rows = await cursor.fetchall()
         known = dict(rows[0]["known"])
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]

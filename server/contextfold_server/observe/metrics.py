@@ -1,8 +1,8 @@
 """Prometheus metrics, served on the admin port at /metrics.
 
 Calls by method and status, call latency, Inject's time per stage (embed, search,
-fold, each provider), provider outcomes, calls in flight and shed, and the
-database pool's use.
+fold, each provider), provider outcomes, calls in flight and shed, the database
+pool's use, and the embedding model's calls, texts and cache hits.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from contextfold.v1 import injection_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 # From a cached embedding to a provider's full timeout.
@@ -39,6 +39,22 @@ class _PoolCollector(Collector):
         for state, value in self._stats().items():
             family.add_metric([state], value)
         yield family
+
+
+_EMBEDDING_HELP = {
+    "model_calls": "Calls to the embedding model (concurrent texts share one call)",
+    "texts": "Texts the embedding model embedded; over model calls, the mean batch",
+    "cache_hits": "Texts answered from the cache of recent embeddings, without the model",
+}
+
+
+class _EmbedderCollector(Collector):
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for name, value in self._counts().items():
+            yield CounterMetricFamily(f"contextfold_embedding_{name}", _EMBEDDING_HELP[name], value=value)
 
 
 class Metrics:
@@ -78,18 +94,21 @@ class Metrics:
     def watch_pool(self, stats: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_PoolCollector(stats))
 
+    def watch_embedder(self, counts: Callable[[], dict[str, int]]) -> None:
+        self.registry.register(_EmbedderCollector(counts))
+
     def observe_call(self, method: str, code: str, seconds: float) -> None:
         self.calls.labels(method, code).inc()
         self.call_seconds.labels(method).observe(seconds)
 
     def observe_injection(self, namespace: str, report: injection_pb2.InjectionReport) -> None:
         for stage, duration in report.stage_durations.items():
-            self.stage_seconds.labels(stage).observe(duration.ToTimedelta().total_seconds())
+            self.stage_seconds.labels(stage).observe(duration.seconds + duration.nanos / 1e9)
         for source in report.sources[1:]:  # the first is memory, whose stages are above
             outcome = "injected" if source.injected else _OUTCOMES.get(source.skip_reason, "other")
             self.provider_outcomes.labels(namespace, source.source, outcome).inc()
             if source.HasField("duration"):
-                seconds = source.duration.ToTimedelta().total_seconds()
+                seconds = source.duration.seconds + source.duration.nanos / 1e9
                 self.provider_seconds.labels(namespace, source.source).observe(seconds)
 
     def serve(self, host: str, port: int) -> int:
