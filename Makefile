@@ -11,7 +11,7 @@ BENCH_READY := $(VENV)/.bench-installed
 TS := client/typescript
 TS_READY := $(TS)/node_modules/.installed
 
-.PHONY: install run test proto proto-baseline lint format bench bench-quick clean
+.PHONY: install run test proto proto-baseline lint format bench bench-quick bench-soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: $(BENCH_READY)
 ## bench-quick: Inject against its floor at 10,000 entries, in about a minute (CI runs it; no pass/fail on timing).
 bench-quick: $(DEV_READY)
 	$(BIN)/python -m bench.inject --quick
+
+## bench-soak: the server's resident memory over 10 minutes of steady mixed calls (SOAK_SECONDS=600 to change).
+bench-soak: $(DEV_READY)
+	$(BIN)/python -m bench.inject --sizes 10000 --calls 100 --embedded 200 --soak $(or $(SOAK_SECONDS),600) \
+		--json bench/results/inject-soak.json
 
 ## proto: regenerate the checked-in Python and TypeScript stubs from protos/.
 proto: $(DEV_READY) $(TS_READY)

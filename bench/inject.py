@@ -1,22 +1,31 @@
 """`Inject` against its floor: latency and throughput at 10,000 and 100,000 entries, one table.
 
 Starts its own Postgres (the embedded package's) and a real server, fills a store
-with entries spread over 100 users (clustered unit vectors of the model's
-dimension, supplied by the caller), then measures, in one run so ratios hold on
-any machine:
+with entries spread over 100 users (sentences embedded by the server's model, see
+bench/corpus.py; their vectors supplied by the caller), then measures, in one run
+so ratios hold on any machine:
 
-- the floor: the query's embedding alone (the same model, in this process) and the
-  SQL search alone (the server's own scoped query, straight to Postgres);
+- the floor, the work no `Inject` can avoid, done alone: the query's embedding (the
+  server's model, loaded in this process; one text, and 64 at a time), the SQL
+  search (the server's nearest-neighbour query, straight to Postgres; 1 and 16
+  connections), the cheapest gRPC call (GetMemory), and Postgres taking entries by
+  COPY with and without the vector index;
 - `Inject` with a supplied query vector and with server-side embedding, for 1 and
-  16 concurrent callers, and with two providers that each take 100 ms;
+  16 concurrent callers, and with two providers that each take 100 ms; with one
+  caller, each `Inject` takes turns with its floor (the SQL search alone, the
+  embedding alone), so a noisy machine's drift touches both alike;
 - bulk `AddMemories` with supplied vectors (the fill) and with server embedding;
-- recall@5 of the indexed, scoped search against exact search.
+- recall@5 of the indexed search against exact search, unscoped and scoped to a user;
+- with `--soak SECONDS`, the server's resident memory under steady mixed load.
 
     .venv/bin/python -m bench.inject                 # 10,000 and 100,000 entries (make bench)
     .venv/bin/python -m bench.inject --quick         # 10,000 entries, fewer calls (make bench-quick)
-    .venv/bin/python -m bench.inject --sizes 1000000 # the long run
+    .venv/bin/python -m bench.inject --sizes 10000 100000 1000000  # the long run
+    .venv/bin/python -m bench.inject --sizes 10000 --soak 600      # resident memory over 10 minutes
 
-Results go to bench/results/inject.json and a plot to bench/results/inject.svg.
+It prints the table, then each target beside what this run measured and the floor
+that bounds it. Results go to bench/results/inject.json and a plot to
+bench/results/inject.svg.
 """
 
 from __future__ import annotations
@@ -36,9 +45,11 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from contextfold import AsyncClient
-from pgvector.psycopg import register_vector
+from contextfold_server.database import SEARCH_SETTINGS
+from pgvector.psycopg import register_vector, register_vector_async
 
-from tests.servers import Postgres, provider_fixtures, start_server
+from bench import corpus
+from tests.servers import Postgres, ServerProcess, provider_fixtures, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -46,6 +57,7 @@ DIMENSION = 384
 USERS = 100
 STORE = "bench"
 PROVIDER_DELAY = 0.1
+BATCH = 64  # texts per AddMemories call with server embedding, and per timed model call
 
 
 @dataclass
@@ -78,23 +90,20 @@ def row(case: str, entries: int, callers: int, samples: list[float], seconds: fl
     )
 
 
-class Vectors:
-    """Clustered unit vectors: entries near one of 200 centres, queries near an entry."""
+@dataclass
+class Data:
+    """The stored entries (text and vector) and the questions asked, with their vectors."""
 
-    def __init__(self, seed: int = 7) -> None:
-        self.random = np.random.default_rng(seed)
-        self.centres = self._unit(self.random.normal(size=(200, DIMENSION)))
+    texts: list[str]
+    vectors: np.ndarray
+    questions: list[str]
+    queries: np.ndarray
 
-    @staticmethod
-    def _unit(vectors: np.ndarray) -> np.ndarray:
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-    def entries(self, count: int) -> np.ndarray:
-        centres = self.centres[self.random.integers(0, len(self.centres), count)]
-        return self._unit(centres + 0.35 * self.random.normal(size=(count, DIMENSION)) / np.sqrt(DIMENSION) * 4)
-
-    def queries(self, count: int) -> np.ndarray:
-        return self.entries(count)
+    @classmethod
+    def make(cls, entries: int, base: int, calls: int) -> Data:
+        texts, vectors = corpus.entries(entries, base)
+        questions = corpus.questions(max(calls, 200))
+        return cls(texts, vectors, questions, corpus.embed(questions, "questions"))
 
 
 async def timed(call: Callable[[int], Awaitable[object]], callers: int, calls: int) -> tuple[list[float], float]:
@@ -113,105 +122,246 @@ async def timed(call: Callable[[int], Awaitable[object]], callers: int, calls: i
     return samples, time.perf_counter() - started
 
 
-async def fill(cf: AsyncClient, vectors: Vectors, target: int, have: int) -> tuple[list[float], float]:
+async def fill(cf: AsyncClient, data: Data, target: int, have: int) -> tuple[list[float], float]:
     """Add entries with supplied vectors until the store holds `target`; batch latencies and wall time."""
     batch = 500
     batches = (target - have) // batch
 
     async def add(n: int) -> None:
-        chunk = vectors.entries(batch)
         start = have + n * batch
         await cf.add_memories(
             STORE,
             [
                 {
-                    "id": f"e{start + i}",
-                    "content": f"Entry {start + i}: a fact about topic {(start + i) % 997}",
-                    "user_id": f"user-{(start + i) % USERS}",
-                    "vector": chunk[i].tolist(),
+                    "id": f"e{i}",
+                    "content": data.texts[i],
+                    "user_id": f"user-{i % USERS}",
+                    "vector": data.vectors[i].tolist(),
                 }
-                for i in range(batch)
+                for i in range(start, start + batch)
             ],
         )
 
     return await timed(add, 4, batches)
 
 
-def sql_search(conn: psycopg.Connection, vector: np.ndarray, user: str, exact: bool) -> list[str]:
-    """The server's scoped nearest-neighbour query; `exact` turns the index off."""
-    conn.execute("SET enable_indexscan = off" if exact else "SET enable_indexscan = on")
-    rows = conn.execute(
-        "SELECT id FROM contextfold.memories WHERE namespace = 'default' AND dimension = 384 AND store = ANY(%s)"
-        " AND (%s = '' OR user_id = %s) ORDER BY (embedding::vector(384)) <=> %s LIMIT 5",
-        ([STORE], user, user, vector.astype(np.float32)),
-    ).fetchall()
-    return [row[0] for row in rows]
+_SEARCH = (
+    "SELECT id FROM contextfold.memories WHERE namespace = 'default' AND dimension = 384"
+    " AND store = ANY(%(stores)s){scope} ORDER BY (embedding::vector(384)) <=> %(vector)s LIMIT 5"
+)
 
 
-def floor_rows(database_url: str, vectors: Vectors, entries: int, calls: int) -> tuple[list[Row], float]:
-    """The embedding alone and the SQL search alone; recall@5 of indexed against exact."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from contextfold_server.embedding.local import LocalEmbedder
+def search_statement(vector: np.ndarray, user: str) -> tuple[str, dict]:
+    """The server's nearest-neighbour query, scoped to `user` unless empty."""
+    scope = " AND user_id = %(user)s" if user else ""
+    return _SEARCH.format(scope=scope), {"stores": [STORE], "user": user, "vector": vector.astype(np.float32)}
 
-    model = LocalEmbedder()
-    texts = [f"What does user {n} like to drink in the morning?" for n in range(calls + 5)]
-    model._encode(texts[:5])
-    embed = []
-    for text in texts[5:]:
+
+def sql_search(conn: psycopg.Connection, vector: np.ndarray, user: str) -> list[str]:
+    # Never prepared: a prepared statement keeps the plan it was first given, and the
+    # indexed and exact runs must each be planned with their own settings.
+    return [row[0] for row in conn.execute(*search_statement(vector, user), prepare=False).fetchall()]
+
+
+def exact_search(conn: psycopg.Connection, vector: np.ndarray, user: str) -> list[str]:
+    """The same query with the indexes off: every candidate compared."""
+    conn.execute("SET enable_indexscan = off")
+    try:
+        return sql_search(conn, vector, user)
+    finally:
+        conn.execute("SET enable_indexscan = on")
+
+
+def recall(found: list[str], exact: list[str]) -> float:
+    return len(set(found) & set(exact)) / max(1, len(exact))
+
+
+class Floor:
+    """The work an `Inject` cannot avoid, done alone in this process: the model embedding the query
+    (the server's model, loaded here), and the nearest-neighbour query sent straight to Postgres."""
+
+    def __init__(self, database_url: str, data: Data) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from contextfold_server.embedding.local import LocalEmbedder
+
+        self.data = data
+        self.model = LocalEmbedder()
+        self.model._encode(data.questions[:5])
+        self.conn = psycopg.connect(database_url, autocommit=True)
+        register_vector(self.conn)
+        self.conn.execute(SEARCH_SETTINGS)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def embed(self, n: int) -> float:
         started = time.perf_counter()
-        model._encode([text])
-        embed.append(time.perf_counter() - started)
+        self.model._encode([f"{self.data.questions[n % len(self.data.questions)]} (floor {n})"])
+        return time.perf_counter() - started
 
-    search, scoped, recalled = [], [], []
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        register_vector(conn)
-        conn.execute("SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order")
-        queries = vectors.queries(calls)
-        for n, vector in enumerate(queries):
+    def search(self, n: int) -> float:
+        started = time.perf_counter()
+        sql_search(self.conn, self.data.queries[n % len(self.data.queries)], "")
+        return time.perf_counter() - started
+
+    def rows(self, entries: int, calls: int) -> tuple[list[Row], dict[str, float]]:
+        """The model's rate in batches, the scoped search alone, and recall@5 of indexed against
+        exact search, unscoped and scoped."""
+        batches = []
+        for n in range(4):
+            texts = [f"Embedded fact {n}-{i}: the user mentioned plan {i * 31 + n}" for i in range(BATCH)]
             started = time.perf_counter()
-            sql_search(conn, vector, "", exact=False)
-            search.append(time.perf_counter() - started)
+            self.model._encode(texts)
+            batches.append(time.perf_counter() - started)
+        model_rate = row(f"floor: embedding alone, {BATCH} at a time", entries, 1, batches, sum(batches))
+        model_rate.per_second = round(BATCH * len(batches) / sum(batches), 1)
+
+        scoped: list[float] = []
+        recalls: dict[str, list[float]] = {"unscoped": [], "scoped": []}
+        for n in range(calls):
+            vector = self.data.queries[n % len(self.data.queries)]
             user = f"user-{n % USERS}"
             started = time.perf_counter()
-            found = sql_search(conn, vector, user, exact=False)
+            found = sql_search(self.conn, vector, user)
             scoped.append(time.perf_counter() - started)
-            exact = sql_search(conn, vector, user, exact=True)
-            recalled.append(len(set(found) & set(exact)) / max(1, len(exact)))
-    rows = [
-        row("floor: embedding alone", entries, 1, embed, sum(embed)),
-        row("floor: SQL search alone", entries, 1, search, sum(search)),
-        row("floor: SQL search alone, scoped", entries, 1, scoped, sum(scoped)),
-    ]
-    return rows, statistics.mean(recalled)
+            recalls["scoped"].append(recall(found, exact_search(self.conn, vector, user)))
+            found = sql_search(self.conn, vector, "")
+            recalls["unscoped"].append(recall(found, exact_search(self.conn, vector, "")))
+        rows = [model_rate, row("floor: SQL search alone, scoped", entries, 1, scoped, sum(scoped))]
+        return rows, {kind: round(statistics.mean(values), 4) for kind, values in recalls.items()}
 
 
-async def inject_rows(cf: AsyncClient, vectors: Vectors, entries: int, calls: int, providers: bool) -> list[Row]:
+async def alternating(
+    call: Callable[[int], Awaitable[object]], floor: Callable[[int], float], calls: int
+) -> tuple[list[float], list[float]]:
+    """One caller: the floor's work alone, then the call, in turn, so both see the same machine
+    (a noisy machine's speed drifts over a run; taken in turns, the ratio holds)."""
+    samples, floors = [], []
+    for n in range(calls):
+        floors.append(floor(n))
+        started = time.perf_counter()
+        await call(n)
+        samples.append(time.perf_counter() - started)
+    return samples, floors
+
+
+async def concurrent_floor_rows(cf: AsyncClient, database_url: str, data: Data, entries: int, calls: int) -> list[Row]:
+    """What 16 callers get from Postgres alone (16 connections), and from the gRPC stack alone (the
+    cheapest call there is, GetMemory by id): ceilings Inject's throughput sits under."""
+    connections = [await psycopg.AsyncConnection.connect(database_url, autocommit=True) for _ in range(16)]
+    try:
+        for conn in connections:
+            await register_vector_async(conn)
+            await conn.execute(SEARCH_SETTINGS)
+        idle = list(connections)
+
+        async def search(n: int) -> None:
+            conn = idle.pop()
+            try:
+                await conn.execute(*search_statement(data.queries[n % len(data.queries)], ""))
+            finally:
+                idle.append(conn)
+
+        await timed(search, 16, 64)
+        samples, seconds = await timed(search, 16, calls * 4)
+    finally:
+        for conn in connections:
+            await conn.close()
+    rows = [row("floor: SQL search alone", entries, 16, samples, seconds)]
+
+    def get(n: int) -> Awaitable[object]:
+        return cf.get_memory(f"e{n % entries}")
+
+    await timed(get, 4, 20)
+    for callers in (1, 16):
+        samples, seconds = await timed(get, callers, calls * (4 if callers > 1 else 1))
+        rows.append(row("floor: a gRPC call (GetMemory)", entries, callers, samples, seconds))
+    return rows
+
+
+async def insert_floor(database_url: str, data: Data, entries: int, indexed: bool, count: int = 2000) -> Row:
+    """Postgres alone taking `count` entries by COPY from 4 connections, as the fill: into the entries
+    table itself, with its vector index, in transactions rolled back (then vacuumed away); or into
+    a temporary table like it, without the index. What every added entry pays, and what the index adds."""
+    batch = count // 4
+    columns = "namespace, id, store, content, metadata, user_id, dimension, embedding"
+    # Vectors no entry has: an index finds a duplicate of a stored vector far sooner than a place
+    # for a new one, and the fill's vectors are all stored by now.
+    rng = np.random.default_rng(entries + indexed)
+    blends = 0.6 * data.vectors[rng.integers(0, len(data.vectors), count)]
+    blends += 0.4 * data.vectors[rng.integers(0, len(data.vectors), count)]
+    blends /= np.linalg.norm(blends, axis=1, keepdims=True)
+
+    async def copy(n: int) -> None:
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            await register_vector_async(conn)
+            table = "contextfold.memories"
+            if not indexed:
+                table = "floor_entries"
+                await conn.execute(
+                    f"CREATE TEMPORARY TABLE {table} (LIKE contextfold.memories INCLUDING DEFAULTS INCLUDING IDENTITY)"
+                )
+            async with conn.cursor().copy(f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copying:
+                copying.set_types(["text", "text", "text", "text", "jsonb", "text", "int4", "vector"])
+                for i in range(n * batch, (n + 1) * batch):
+                    text = data.texts[i % len(data.texts)]
+                    await copying.write_row(("default", f"floor-{i}", STORE, text, "{}", "floor", 384, blends[i]))
+            await conn.rollback()
+
+    samples, seconds = await timed(copy, 4, 4)
+    if indexed:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute("VACUUM contextfold.memories")
+    case = "floor: Postgres COPY, " + ("with the vector index" if indexed else "no vector index")
+    result = row(case, entries, 4, samples, seconds)
+    result.per_second = round(count / seconds, 1)
+    return result
+
+
+async def inject_rows(
+    cf: AsyncClient, data: Data, floor: Floor, entries: int, calls: int, providers: bool
+) -> list[Row]:
     rows: list[Row] = []
-    queries = vectors.queries(calls)
+    queries = data.queries
     ask = [{"role": "user", "content": [{"text": "What should I know about this user?"}]}]
 
     def supplied(n: int) -> Awaitable[object]:
         return cf.inject(ask, stores=[STORE], query_vector=queries[n % len(queries)].tolist())
 
-    def embedded(n: int) -> Awaitable[object]:
-        # Every question differs: the embedding cache never answers for it.
-        question = [{"role": "user", "content": [{"text": f"What does user {n} drink, call {time.time_ns()}?"}]}]
-        return cf.inject(question, stores=[STORE])
+    stages: dict[str, list[float]] = {"embed": [], "search": []}
+
+    async def embedded(n: int) -> object:
+        result = await cf.inject(fresh_question(data, n), stores=[STORE])
+        for stage, samples in stages.items():
+            duration = result.report.stage_durations[stage]
+            samples.append(duration.seconds + duration.nanos / 1e9)
+        return result
 
     def scoped(n: int) -> Awaitable[object]:
         vector = queries[n % len(queries)].tolist()
         scope = {"user_id": f"user-{n % USERS}"}
         return cf.search_memories(stores=[STORE], query_vector=vector, max_results=5, scope=scope)
 
-    for name, call in (
-        ("Inject, supplied vector", supplied),
-        ("Inject, server embedding", embedded),
-        ("SearchMemories, scoped to 1 user of 100", scoped),
+    for name, call, alone in (
+        ("Inject, supplied vector", supplied, ("floor: SQL search alone", floor.search)),
+        ("Inject, server embedding", embedded, ("floor: embedding alone", floor.embed)),
+        ("SearchMemories, scoped to 1 user of 100", scoped, None),
     ):
         await timed(call, 4, 20)  # warm
-        for callers in (1, 16):
-            samples, seconds = await timed(call, callers, calls * (4 if callers > 1 else 1))
-            rows.append(row(name, entries, callers, samples, seconds))
+        for samples in stages.values():
+            samples.clear()
+        if alone:
+            samples, floors = await alternating(call, alone[1], calls)
+            rows.append(row(alone[0], entries, 1, floors, sum(floors)))
+        else:
+            samples, _ = await timed(call, 1, calls)
+        rows.append(row(name, entries, 1, samples, sum(samples)))
+        if call is embedded:
+            # The server's own account of the same calls: the time inside `Inject` its stages took.
+            for stage, times in stages.items():
+                rows.append(row(f"  its {stage} stage, as the server reports", entries, 1, times, sum(samples)))
+        samples, seconds = await timed(call, 16, calls * 4)
+        rows.append(row(name, entries, 16, samples, seconds))
 
     if providers:
         app_state = {"texts": {"a": "<a/>", "b": "<b/>"}, "delays": {"a": PROVIDER_DELAY, "b": PROVIDER_DELAY}}
@@ -249,15 +399,133 @@ async def bulk_embedded(cf: AsyncClient, entries: int, count: int) -> Row:
     return result
 
 
-def table(rows: list[Row], recall: dict[int, float]) -> str:
+def fresh_question(data: Data, n: int) -> list[dict]:
+    """A question no call asked before, so the embedding cache never answers for it."""
+    text = f"{data.questions[n % len(data.questions)]} (call {time.time_ns()})"
+    return [{"role": "user", "content": [{"text": text}]}]
+
+
+def resident_mb(pid: int) -> float:
+    """The process's resident set size, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+async def soak(cf: AsyncClient, data: Data, pid: int, seconds: float) -> dict:
+    """16 callers for `seconds`, a steady mix of every kind of call; the server's resident memory every 10 s."""
+    ask = [{"role": "user", "content": [{"text": "What should I know about this user?"}]}]
+    ends = time.monotonic() + seconds
+    calls = 0
+
+    async def caller(me: int) -> None:
+        nonlocal calls
+        n = me
+        while time.monotonic() < ends:
+            vector = data.queries[n % len(data.queries)].tolist()
+            kind = n % 8
+            if kind < 3:
+                await cf.inject(ask, stores=[STORE], query_vector=vector)
+            elif kind < 6:
+                await cf.inject(fresh_question(data, n), stores=[STORE])
+            elif kind == 6:
+                await cf.search_memories(stores=[STORE], query_vector=vector, scope={"user_id": f"user-{n % USERS}"})
+            else:
+                # Writes too: a few entries, then they are deleted, so the store does not grow.
+                added = await cf.add_memories(
+                    STORE, [{"content": f"Soak entry {n}-{i}", "vector": vector, "user_id": "soak"} for i in range(5)]
+                )
+                await cf.delete_memories([m.id for m in added])
+            calls += 1
+            n += 16
+
+    samples: list[tuple[float, float]] = []
+
+    async def sample() -> None:
+        started = time.monotonic()
+        while time.monotonic() < ends:
+            samples.append((round(time.monotonic() - started), round(resident_mb(pid), 1)))
+            await asyncio.sleep(10)
+        samples.append((round(time.monotonic() - started), round(resident_mb(pid), 1)))
+
+    started = time.perf_counter()
+    await asyncio.gather(sample(), *(caller(me) for me in range(16)))
+    elapsed = time.perf_counter() - started
+    # The first minute is warm-up (pools fill, caches fill, the allocator finds its size).
+    settled = [mb for at, mb in samples if at >= min(60, seconds / 2)]
+    return {
+        "seconds": round(elapsed),
+        "calls_per_second": round(calls / elapsed, 1),
+        "rss_mb": samples,
+        "rss_settled_first_mb": settled[0],
+        "rss_last_mb": settled[-1],
+        "rss_max_mb": max(mb for _, mb in samples),
+    }
+
+
+def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict | None) -> list[str]:
+    """Each target of the issue beside what this run measured, and the floor it is bounded by."""
+    largest = max(r.entries for r in rows)
+    embedded_at = max(r.entries for r in rows if r.case.startswith("AddMemories, server"))
+
+    def find(case: str, callers: int = 1, entries: int = largest) -> Row:
+        return next(r for r in rows if r.case == case and r.callers == callers and r.entries == entries)
+
+    embed = find("floor: embedding alone")
+    search = find("floor: SQL search alone")
+    grpc_floor = find("floor: a gRPC call (GetMemory)")
+    served = find("Inject, server embedding")
+    supplied = find("Inject, supplied vector")
+    scoped = find("SearchMemories, scoped to 1 user of 100")
+    ratio = served.p50_ms / (embed.p50_ms + search.p50_ms)
+    lines = [
+        f"Inject, server embedding, p50 <= 1.2 x (embedding + search): {ratio:.2f} x"
+        f" ({served.p50_ms:g} ms; {embed.p50_ms:g} + {search.p50_ms:g} ms)",
+        f"Inject, supplied vector, {largest:,} entries, p50 <= 3 ms: {supplied.p50_ms:g} ms"
+        f" (a gRPC call alone {grpc_floor.p50_ms:g} ms + the SQL search alone {search.p50_ms:g} ms)",
+        f"Inject, supplied vector, 16 callers, >= 800/s: {find('Inject, supplied vector', 16).per_second:g}/s"
+        f" (Postgres alone, 16 connections: {find('floor: SQL search alone', 16).per_second:g}/s;"
+        f" GetMemory: {find('floor: a gRPC call (GetMemory)', 16).per_second:g}/s)",
+        f"Inject, server embedding, 16 callers, >= 250/s: {find('Inject, server embedding', 16).per_second:g}/s"
+        f" (the model alone, {BATCH} at a time: {find(f'floor: embedding alone, {BATCH} at a time').per_second:g}"
+        " texts/s)",
+        "AddMemories, server embedding, >= 500/s:"
+        f" {find('AddMemories, server embedding (100/batch)', 2, embedded_at).per_second:g}/s"
+        f" (the model alone: {find(f'floor: embedding alone, {BATCH} at a time').per_second:g} texts/s)",
+        "AddMemories, supplied vectors, >= 10,000/s:"
+        f" {find('AddMemories, supplied vectors (500/batch)', 4).per_second:g}/s",
+        f"Scoped search, {largest:,} entries, recall@5 >= 0.95 and p99 <= 20 ms:"
+        f" {recall[largest]['scoped']:.3f}, {scoped.p99_ms:g} ms",
+    ]
+    if soaked:
+        growth = soaked["rss_last_mb"] - soaked["rss_settled_first_mb"]
+        lines.append(
+            f"Resident memory flat over {soaked['seconds']} s: {growth:+.1f} MB after warm-up"
+            f" ({soaked['rss_settled_first_mb']} -> {soaked['rss_last_mb']} MB)"
+        )
+    return lines
+
+
+def table(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict | None) -> str:
     lines = [f"{'case':44} {'entries':>8} {'callers':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'per s':>8}"]
-    for r in rows:
+    # By size, the floor first; in the order measured otherwise.
+    for r in sorted(rows, key=lambda r: (r.entries, not r.case.startswith("floor"))):
         lines.append(
             f"{r.case:44} {r.entries:>8} {r.callers:>7} {r.p50_ms:>8.2f} {r.p95_ms:>8.2f} {r.p99_ms:>8.2f}"
             f" {r.per_second:>8.1f}"
         )
-    for entries, value in recall.items():
-        lines.append(f"recall@5, scoped search (the planner's index) vs exact, {entries} entries: {value:.3f}")
+    for entries, values in recall.items():
+        lines.append(
+            f"recall@5 vs exact search, {entries} entries: unscoped (HNSW) {values['unscoped']:.3f},"
+            f" scoped to 1 user of {USERS} (the planner's index) {values['scoped']:.3f}"
+        )
+    if soaked:
+        lines.append(
+            f"resident memory over {soaked['seconds']} s of mixed calls ({soaked['calls_per_second']}/s, 16 callers):"
+            f" {soaked['rss_settled_first_mb']} MB after warm-up, {soaked['rss_last_mb']} MB at the end,"
+            f" {soaked['rss_max_mb']} MB at most"
+        )
     return "\n".join(lines)
 
 
@@ -287,29 +555,47 @@ def plot(rows: list[Row], path: Path) -> None:
     path.write_text("\n".join(parts) + "\n")
 
 
-async def measure(args: argparse.Namespace, server_address: str, database_url: str, port: int) -> dict:
-    vectors = Vectors()
+async def measure(args: argparse.Namespace, server: ServerProcess, database_url: str, port: int) -> dict:
+    data = Data.make(args.sizes[-1], args.base, args.calls)
     rows: list[Row] = []
-    recall: dict[int, float] = {}
-    async with AsyncClient(server_address, timeout=120) as cf:
-        await cf.create_store(STORE)
-        for name in ("a", "b"):
-            await cf.register_provider(name, f"127.0.0.1:{port}", timeout=2)
-        have = 0
-        for entries in args.sizes:
-            samples, seconds = await fill(cf, vectors, entries, have)
-            added = entries - have
-            fill_row = row("AddMemories, supplied vectors (500/batch)", entries, 4, samples, seconds)
-            fill_row.per_second = round(added / seconds, 1)
-            have = entries
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                conn.execute("ANALYZE contextfold.memories")
-            floors, recall[entries] = floor_rows(database_url, vectors, entries, args.calls)
-            rows += floors
-            rows += await inject_rows(cf, vectors, entries, args.calls, providers=entries == args.sizes[0])
-            rows.append(fill_row)
-        rows.append(await bulk_embedded(cf, args.sizes[-1], args.embedded))
-    return {"rows": [asdict(r) for r in rows], "recall_at_5": recall}
+    recall: dict[int, dict[str, float]] = {}
+    soaked = None
+    floor = Floor(database_url, data)
+    try:
+        async with AsyncClient(server.address, timeout=120) as cf:
+            await cf.create_store(STORE)
+            for name in ("a", "b"):
+                await cf.register_provider(name, f"127.0.0.1:{port}", timeout=2)
+            have = 0
+            for entries in args.sizes:
+                samples, seconds = await fill(cf, data, entries, have)
+                added = entries - have
+                fill_row = row("AddMemories, supplied vectors (500/batch)", entries, 4, samples, seconds)
+                fill_row.per_second = round(added / seconds, 1)
+                have = entries
+                with psycopg.connect(database_url, autocommit=True) as conn:
+                    conn.execute("ANALYZE contextfold.memories")
+                floors, recall[entries] = floor.rows(entries, args.calls)
+                rows += floors
+                rows += await concurrent_floor_rows(cf, database_url, data, entries, args.calls)
+                rows += await inject_rows(cf, data, floor, entries, args.calls, providers=entries == args.sizes[0])
+                rows.append(fill_row)
+                # Last, as it leaves dead index entries until its vacuum.
+                for indexed in (True, False):
+                    rows.append(await insert_floor(database_url, data, entries, indexed))
+            rows.append(await bulk_embedded(cf, args.sizes[-1], args.embedded))
+            if args.soak:
+                soaked = await soak(cf, data, server.process.pid, args.soak)
+    finally:
+        floor.close()
+    return {"rows": [asdict(r) for r in rows], "recall_at_5": recall, "soak": soaked}
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return platform.machine()
 
 
 def main() -> None:
@@ -317,11 +603,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="entries, in rising order")
     parser.add_argument("--calls", type=int, default=200, help="timed calls per case and caller count")
     parser.add_argument("--embedded", type=int, default=1000, help="entries added with server embedding")
+    parser.add_argument(
+        "--base", type=int, default=10_000, help="entries embedded by the model; the rest blend two of them"
+    )
+    parser.add_argument("--soak", type=float, default=0, help="then this many seconds of mixed load, watching RSS")
     parser.add_argument("--quick", action="store_true", help="10,000 entries and fewer calls (make bench-quick)")
     parser.add_argument("--json", type=Path, default=RESULTS / "inject.json")
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.calls, args.embedded = [10_000], 60, 300
+        args.sizes, args.calls, args.embedded, args.base = [10_000], 60, 300, 2_000
         args.json = RESULTS / "inject-quick.json"
 
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -331,21 +621,23 @@ def main() -> None:
         try:
             with provider_fixtures() as ports:
                 started = time.perf_counter()
-                results = asyncio.run(measure(args, server.address, database.url, ports["scripted"]))
+                results = asyncio.run(measure(args, server, database.url, ports["scripted"]))
         finally:
             server.stop()
             database.cleanup()
 
     rows = [Row(**r) for r in results["rows"]]
     recall = {int(k): v for k, v in results["recall_at_5"].items()}
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    machine = f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"contextfold Inject benchmark on {machine}")
-    print(table(rows, recall))
+    print(table(rows, recall, results["soak"]))
+    print("\ntargets (measured in this run; the floor each is bounded by in brackets):")
+    for line in targets(rows, recall, results["soak"]):
+        print(f"- {line}")
     print(f"(took {time.perf_counter() - started:.0f} s)")
     args.json.write_text(
         json.dumps(
-            {"machine": {"cpus": os.cpu_count(), "arch": platform.machine(), "python": platform.python_version()}}
-            | results,
+            {"machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version()}} | results,
             indent=2,
         )
         + "\n"
