@@ -6,13 +6,15 @@
  *
  * `inject` takes and returns message data (`MessageData`, what Strands' `Message.toJSON()`
  * gives); `injection`, `memory` and `providers` are the generated service clients, for every
- * call as the protos define it. Failures throw `ContextfoldError`.
+ * call as the protos define it. Failures throw `ContextfoldError`. Calls that only read are tried
+ * again (up to three attempts, within their deadline) when the connection fails them; see retry.ts.
  */
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { createClient, type CallOptions, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { fromProtoMessages, toProtoMessages, type MessageData } from "./convert.js";
 import { decodingErrors } from "./errors.js";
+import { retrySafeCalls } from "./retry.js";
 import {
   Format,
   InjectionService,
@@ -43,7 +45,10 @@ export interface ClientOptions {
   headers?: Record<string, string>;
   /** Run around every call (e.g. to add per-call headers or log). */
   interceptors?: Interceptor[];
-  /** A transport of your own (custom TLS, a proxy); `address` and `interceptors` are then unused. */
+  /**
+   * A transport of your own (custom TLS, a proxy); `address` and `interceptors` are then unused, and
+   * so is the retry of read-only calls unless its interceptors include `retrySafeCalls`.
+   */
   transport?: Transport;
 }
 
@@ -168,7 +173,8 @@ export class ContextfoldClient {
         baseUrl: url,
         sessionManager: this.sessions,
         defaultTimeoutMs: options.timeoutMs ?? 10_000,
-        interceptors: [addHeaders, ...(options.interceptors ?? [])],
+        // Retries outermost: each attempt goes through the headers and the caller's interceptors.
+        interceptors: [retrySafeCalls, addHeaders, ...(options.interceptors ?? [])],
       });
     }
     this.injection = decodingErrors(createClient(InjectionService, transport));

@@ -28,6 +28,7 @@ export {
   type MessageData,
 } from "./convert.js";
 export { ContextfoldError, decodingErrors, type FieldViolation, type ResourceRef, type StatusName } from "./errors.js";
+export { retrySafeCalls, SAFE_TO_REPEAT } from "./retry.js";
 export { escapeXml, startProvider, type ProvideContext, type ProvideFunction, type ProviderServer } from "./provider.js";
 export * from "./gen/contextfold/v1/conversation_pb.js";
 export * from "./gen/contextfold/v1/injection_pb.js";

@@ -1,8 +1,10 @@
 /** The TypeScript client against a live contextfold server: unary calls, errors with details, deadlines. */
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
+  ContextfoldClient,
   ContextfoldError,
   fromProtoMessages,
   renderForModel,
@@ -11,7 +13,7 @@ import {
   toProtoMessages,
   type MessageData,
 } from "../src/index.js";
-import { Fixture, unique } from "./support.js";
+import { address, closedPort, Fixture, unique } from "./support.js";
 
 const fixture = new Fixture();
 const { cf } = fixture;
@@ -120,4 +122,52 @@ test("a deadline: the caller's timeout reaches the providers, and one too short 
     assert.equal(error.status, "DEADLINE_EXCEEDED");
     return true;
   });
+});
+
+test("a call that only reads is tried again when the connection fails it; a write is not", async () => {
+  // Nothing listens on `port` at first; once the first attempt has failed, a plain TCP relay to the
+  // live server opens there, as a replica coming back would.
+  const port = await closedPort();
+  const [host, serverPort] = [address.slice(0, address.lastIndexOf(":")), Number(address.slice(address.lastIndexOf(":") + 1))];
+  let relay: net.Server | undefined;
+  const attempts: string[] = [];
+  const client = new ContextfoldClient({
+    address: `127.0.0.1:${port}`,
+    timeoutMs: 10_000,
+    interceptors: [
+      (next) => async (request) => {
+        attempts.push(request.method.name);
+        try {
+          return await next(request);
+        } catch (error) {
+          if (relay === undefined && request.method.name === "ListStores") {
+            relay = net.createServer((socket) => socket.pipe(net.connect(serverPort, host)).pipe(socket));
+            await new Promise<void>((resolve) => relay?.listen(port, "127.0.0.1", resolve));
+          }
+          throw error;
+        }
+      },
+    ],
+  });
+  try {
+    await assert.rejects(client.memory.createStore({ store: { name: unique("never") } }), (error: unknown) => {
+      assert.ok(error instanceof ContextfoldError);
+      assert.equal(error.status, "UNAVAILABLE");
+      return true;
+    });
+    assert.deepEqual(attempts, ["CreateStore"]);
+
+    await client.memory.listStores({});
+    assert.deepEqual(attempts, ["CreateStore", "ListStores", "ListStores"]);
+  } finally {
+    client.close();
+    relay?.close();
+  }
+
+  // A deadline ends the retries: 60 ms leave room for one more attempt after 50 ms, not a third.
+  const down = new ContextfoldClient({ address: `127.0.0.1:${await closedPort()}`, timeoutMs: 60 });
+  const started = Date.now();
+  await assert.rejects(down.memory.getMemory({ id: "x" }), (error: unknown) => error instanceof ContextfoldError);
+  assert.ok(Date.now() - started < 1_000, `gave up after ${Date.now() - started} ms`);
+  down.close();
 });
