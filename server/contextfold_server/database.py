@@ -24,8 +24,8 @@ from .memory.schema import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_securit
 # Enough candidates per probe that filtered searches stay accurate, and pgvector
 # 0.8's iterative scan keeps probing when a scope filter discards candidates.
 # Statements psycopg prepares are planned for their values on every execution: a
-# generic plan knows neither the limit nor the scope, and would sort the whole
-# table rather than walk the vector index.
+# generic plan knows neither the limit nor the scope's values, so it could not pick,
+# call by call, a narrow scope's own index or the vector index for a broad one.
 SEARCH_SETTINGS = (
     "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
 )
