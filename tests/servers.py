@@ -31,14 +31,19 @@ class ServerProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, as an orchestrator would; the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return terminate(self.process, timeout)
+
+
+def terminate(process: subprocess.Popen, timeout: float = 10.0) -> int:
+    """SIGTERM to a process of the tests' own, killed if it has not ended within `timeout`; its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 SERVE = (sys.executable, "-m", "contextfold.cli", "serve")
@@ -97,12 +102,7 @@ def provider_fixtures() -> Iterator[dict[str, int]]:
     try:
         yield json.loads(process.stdout.readline())
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
 
 
 def health_status(address: str, timeout: float = 10.0, credentials: grpc.ChannelCredentials | None = None) -> str:

@@ -25,7 +25,7 @@ from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, Unavai
 from contextfold.v1 import injection_pb2
 
 from .conftest import assistant, user
-from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server
+from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = injection_pb2
@@ -50,15 +50,6 @@ def cf(provider_server: ServerProcess) -> Iterator[Client]:
 
 def start_process(*command: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *command], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-
-
-def stop_process(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -273,8 +264,8 @@ def test_the_example_providers_clock_and_sandbox(cf: Client, register) -> None:
         without = cf.inject([user("where?")], max_entries=0, providers=["sandbox"])
         assert sources(without)["sandbox"][0] == SKIP.SKIP_REASON_EMPTY_TEXT
     finally:
-        stop_process(clock)
-        stop_process(sandbox)
+        terminate(clock)
+        terminate(sandbox)
 
 
 def _served_port(process: subprocess.Popen) -> int:
