@@ -50,14 +50,29 @@ _ATTEMPTS = 3
 _BACKOFF = 0.05
 
 
-def _retry_after(call: _Call[Any], error: grpc.RpcError, attempt: int, deadline: float | None) -> float | None:
-    """Seconds to wait before trying `call` again, or None when it must not be tried again."""
-    if (call.service, call.method) not in _SAFE_TO_REPEAT or error.code() not in _RETRIED_CODES:
-        return None
-    backoff = _BACKOFF * 2**attempt
-    if attempt + 1 >= _ATTEMPTS or (deadline is not None and time.monotonic() + backoff >= deadline):
-        return None
-    return backoff
+class _Attempts:
+    """The attempts at one call, all within one deadline: each attempt's time left, and the wait
+    before the next one; the error, as contextfold's, when the call must not be tried again."""
+
+    def __init__(self, call: _Call[Any], limit: float | None) -> None:
+        self._call = call
+        self._deadline = None if limit is None else time.monotonic() + limit
+
+    def __iter__(self) -> Iterator[tuple[int, float | None]]:
+        for attempt in range(_ATTEMPTS):
+            yield attempt, None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def wait_after(self, error: grpc.RpcError, attempt: int) -> float:
+        """Seconds to wait before attempt `attempt + 1`; raises `error`, translated, when there is none."""
+        backoff = _BACKOFF * 2**attempt
+        if (
+            (self._call.service, self._call.method) not in _SAFE_TO_REPEAT
+            or error.code() not in _RETRIED_CODES
+            or attempt + 1 >= _ATTEMPTS
+            or (self._deadline is not None and time.monotonic() + backoff >= self._deadline)
+        ):
+            raise from_rpc_error(error) from None
+        return backoff
 
 
 def _call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
@@ -202,17 +217,12 @@ class Client:
 
     def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
         method = getattr(self._stubs[call.service], call.method)
-        limit = timeout or self.timeout
-        deadline = None if limit is None else time.monotonic() + limit
-        for attempt in range(_ATTEMPTS):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        attempts = _Attempts(call, timeout or self.timeout)
+        for attempt, left in attempts:
             try:
                 return call.read(method(call.request, timeout=left, metadata=self._metadata))
             except grpc.RpcError as error:
-                wait = _retry_after(call, error, attempt, deadline)
-                if wait is None:
-                    raise from_rpc_error(error) from None
-                time.sleep(wait)
+                time.sleep(attempts.wait_after(error, attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _pages(self, call_for: Callable[[str], _Call[Any]], items: str) -> Iterator[Any]:
@@ -316,17 +326,12 @@ class AsyncClient:
 
     async def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
         method = getattr(self._stubs[call.service], call.method)
-        limit = timeout or self.timeout
-        deadline = None if limit is None else time.monotonic() + limit
-        for attempt in range(_ATTEMPTS):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        attempts = _Attempts(call, timeout or self.timeout)
+        for attempt, left in attempts:
             try:
                 return call.read(await method(call.request, timeout=left, metadata=self._metadata))
             except grpc.RpcError as error:
-                wait = _retry_after(call, error, attempt, deadline)
-                if wait is None:
-                    raise from_rpc_error(error) from None
-                await asyncio.sleep(wait)
+                await asyncio.sleep(attempts.wait_after(error, attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _pages(self, call_for: Callable[[str], _Call[Any]], items: str) -> AsyncIterator[Any]:
