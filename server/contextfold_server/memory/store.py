@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,6 +29,10 @@ class Scope:
     user_id: str = ""
     agent_id: str = ""
     session_id: str = ""
+
+    def fields(self) -> dict[str, str]:
+        """The fields that are set, by column: a statement filters on these, as parameters."""
+        return {column: value for column, value in vars(self).items() if value}
 
 
 @dataclass(frozen=True)
@@ -89,20 +93,11 @@ def _memory(row: dict[str, Any]) -> MemoryRecord:
     )
 
 
-def _scope_filter(scope: Scope) -> sql.Composable:
-    clauses = [
-        sql.SQL("{} = {}").format(sql.Identifier(column), sql.Literal(value))
-        for column, value in (
-            ("user_id", scope.user_id),
-            ("agent_id", scope.agent_id),
-            ("session_id", scope.session_id),
-        )
-        if value
-    ]
-    return sql.SQL("").join(sql.SQL(" AND ") + clause for clause in clauses)
-
-
-_SCOPE_COLUMNS = ("user_id", "agent_id", "session_id")
+def _scope_filter(columns: Iterable[str]) -> sql.Composable:
+    """` AND user_id = %(user_id)s`, … for each column of a scope's fields."""
+    return sql.SQL("").join(
+        sql.SQL(" AND {} = {}").format(sql.Identifier(column), sql.Placeholder(column)) for column in columns
+    )
 
 
 @functools.lru_cache(maxsize=128)
@@ -132,9 +127,7 @@ def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
             columns=sql.SQL(_MEMORY_COLUMNS),
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
-            scope=sql.SQL("").join(
-                sql.SQL(" AND {} = {}").format(sql.Identifier(column), sql.Placeholder(column)) for column in scoped
-            ),
+            scope=_scope_filter(scoped),
         )
         .as_string(None)
     )
@@ -270,10 +263,10 @@ class PostgresMemoryStore:
         namespace when `stores` is empty), and the `limit` entries nearest to `vector` across those
         of its dimension, most similar first."""
         dimension = len(vector)
-        scoped = tuple(column for column in _SCOPE_COLUMNS if getattr(scope, column))
+        scoped = scope.fields()
         params = {
             "namespace": namespace,
-            **{column: getattr(scope, column) for column in scoped},
+            **scoped,
             "names": list(stores),
             "vector": np.asarray(vector, dtype=np.float32),
             "exclude": list(exclude_ids),
@@ -281,7 +274,7 @@ class PostgresMemoryStore:
             "max_distance": None if min_score is None else 1.0 - min_score,
         }
         async with self._connection(namespace) as conn:
-            cursor = await conn.execute(_search_query(dimension, scoped), params)
+            cursor = await conn.execute(_search_query(dimension, tuple(scoped)), params)
             rows = await cursor.fetchall()
         known = dict(rows[0]["known"])
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
@@ -301,18 +294,19 @@ class PostgresMemoryStore:
     async def list_memories(
         self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int
     ) -> list[MemoryRecord]:
+        scoped = scope.fields()
         async with self._connection(namespace) as conn:
             await _store_dimension(conn, namespace, store)
             cursor = await conn.execute(
                 sql.SQL(
-                    "SELECT {columns} FROM {table} WHERE namespace = %s AND store = %s AND seq > %s{scope}"
-                    " ORDER BY seq LIMIT %s"
+                    "SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND store = %(store)s"
+                    " AND seq > %(after)s{scope} ORDER BY seq LIMIT %(limit)s"
                 ).format(
                     columns=sql.SQL(_MEMORY_COLUMNS),
                     table=sql.Identifier(SCHEMA, "memories"),
-                    scope=_scope_filter(scope),
+                    scope=_scope_filter(scoped),
                 ),
-                (namespace, store, after_seq, limit),
+                {"namespace": namespace, "store": store, "after": after_seq, "limit": limit, **scoped},
             )
             return [_memory(row) for row in await cursor.fetchall()]
 
