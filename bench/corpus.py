@@ -82,15 +82,21 @@ def entries(count: int, base: int) -> tuple[list[str], np.ndarray]:
     base = min(base, count)
     texts = facts(base)
     vectors = embed(texts, "facts")
-    rng = np.random.default_rng(3)
     extra = count - base
     if extra:
-        first, second = rng.integers(0, base, extra), rng.integers(0, base, extra)
-        weight = rng.uniform(0.55, 0.85, (extra, 1)).astype(np.float32)
-        blends = weight * vectors[first] + (1 - weight) * vectors[second]
-        vectors = np.vstack([vectors, blends / np.linalg.norm(blends, axis=1, keepdims=True)])
+        first, second, mixed = blends(vectors, extra, np.random.default_rng(3))
+        vectors = np.vstack([vectors, mixed])
         texts += [f"{texts[i]} Also: {texts[j]}" for i, j in zip(first, second, strict=True)]
     return texts, vectors
+
+
+def blends(vectors: np.ndarray, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which two of `vectors` each of `count` blends joins (first, second), and the blends: unit
+    vectors, 0.55 to 0.85 of the first, on the model's manifold yet none of them a stored vector."""
+    first, second = rng.integers(0, len(vectors), count), rng.integers(0, len(vectors), count)
+    weight = rng.uniform(0.55, 0.85, (count, 1)).astype(np.float32)
+    mixed = weight * vectors[first] + (1 - weight) * vectors[second]
+    return first, second, mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
 
 
 def embed(texts: list[str], name: str) -> np.ndarray:

@@ -49,6 +49,7 @@ from contextfold_server.database import SEARCH_SETTINGS
 from pgvector.psycopg import register_vector, register_vector_async
 
 from bench import corpus
+from bench.fanout import percentile
 from tests.servers import Postgres, ServerProcess, provider_fixtures, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,8 @@ DIMENSION = 384
 USERS = 100
 STORE = "bench"
 PROVIDER_DELAY = 0.1
+# What an agent asks when the caller supplies the query vector: its text is not searched with.
+ASK = [{"role": "user", "content": [{"text": "What should I know about this user?"}]}]
 BATCH = 64  # texts per AddMemories call with server embedding, and per timed model call
 
 
@@ -70,11 +73,6 @@ class Row:
     p95_ms: float
     p99_ms: float
     per_second: float
-
-
-def percentile(samples: list[float], share: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def row(case: str, entries: int, callers: int, samples: list[float], seconds: float) -> Row:
@@ -287,10 +285,7 @@ async def insert_floor(database_url: str, data: Data, entries: int, indexed: boo
     columns = "namespace, id, store, content, metadata, user_id, dimension, embedding"
     # Vectors no entry has: an index finds a duplicate of a stored vector far sooner than a place
     # for a new one, and the fill's vectors are all stored by now.
-    rng = np.random.default_rng(entries + indexed)
-    blends = 0.6 * data.vectors[rng.integers(0, len(data.vectors), count)]
-    blends += 0.4 * data.vectors[rng.integers(0, len(data.vectors), count)]
-    blends /= np.linalg.norm(blends, axis=1, keepdims=True)
+    *_, blends = corpus.blends(data.vectors, count, np.random.default_rng(entries + indexed))
 
     async def copy(n: int) -> None:
         async with await psycopg.AsyncConnection.connect(database_url) as conn:
@@ -323,10 +318,9 @@ async def inject_rows(
 ) -> list[Row]:
     rows: list[Row] = []
     queries = data.queries
-    ask = [{"role": "user", "content": [{"text": "What should I know about this user?"}]}]
 
     def supplied(n: int) -> Awaitable[object]:
-        return cf.inject(ask, stores=[STORE], query_vector=queries[n % len(queries)].tolist())
+        return cf.inject(ASK, stores=[STORE], query_vector=queries[n % len(queries)].tolist())
 
     stages: dict[str, list[float]] = {"embed": [], "search": []}
 
@@ -368,7 +362,7 @@ async def inject_rows(
 
         def fanned(n: int) -> Awaitable[object]:
             return cf.inject(
-                ask,
+                ASK,
                 stores=[STORE],
                 query_vector=queries[n % len(queries)].tolist(),
                 providers=["a", "b"],
@@ -415,7 +409,6 @@ def resident_mb(pid: int) -> float:
 
 async def soak(cf: AsyncClient, data: Data, pid: int, seconds: float) -> dict:
     """16 callers for `seconds`, a steady mix of every kind of call; the server's resident memory every 10 s."""
-    ask = [{"role": "user", "content": [{"text": "What should I know about this user?"}]}]
     ends = time.monotonic() + seconds
     calls = 0
 
@@ -426,7 +419,7 @@ async def soak(cf: AsyncClient, data: Data, pid: int, seconds: float) -> dict:
             vector = data.queries[n % len(data.queries)].tolist()
             kind = n % 8
             if kind < 3:
-                await cf.inject(ask, stores=[STORE], query_vector=vector)
+                await cf.inject(ASK, stores=[STORE], query_vector=vector)
             elif kind < 6:
                 await cf.inject(fresh_question(data, n), stores=[STORE])
             elif kind == 6:
