@@ -66,12 +66,13 @@ proto: $(DEV_READY) $(TS_READY)
 proto-baseline: $(DEV_READY)
 	$(BIN)/buf build --exclude-source-info -o protos/v1.image.json
 
-## lint: ruff, mypy and tsc on the clients, buf lint, buf breaking (against the published v1
+## lint: ruff, mypy (client and server) and tsc, buf lint, buf breaking (against the published v1
 ## contract, and against main), and a check that the stubs are current.
 lint: $(DEV_READY) $(TS_READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy client/python/contextfold
+	$(BIN)/mypy server/contextfold_server
 	cd $(TS) && npm run --silent build && npm run --silent typecheck
 	$(BIN)/buf lint
 	$(BIN)/buf breaking --against protos/v1.image.json

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from contextfold import AsyncClient
-from contextfold_server.database import SEARCH_SETTINGS
+from contextfold_server.memory.store import SEARCH_SETTINGS
 from pgvector.psycopg import register_vector, register_vector_async
 
 from bench import corpus

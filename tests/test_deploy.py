@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from contextfold_server.process import parse_config
+from contextfold_server.config import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBERNETES = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))

@@ -8,8 +8,9 @@ from contextfold_server.engine.conversation import InjectedRef, Role, Turn, inje
 from contextfold_server.engine.entries import RetrievedEntry, rank_across_stores
 from contextfold_server.engine.fold import fold_target, separated, shows_text
 from contextfold_server.engine.format import escape_xml_attr, escape_xml_text, format_memory_block
+from contextfold_server.engine.gate import SkipReason
 from contextfold_server.engine.injection import InjectionRequest, ProviderSpec, inject
-from contextfold_server.engine.memory import MemoryRequest, SearchQuery, SearchResult, SkipReason
+from contextfold_server.engine.memory import MemoryRequest, SearchQuery, SearchResult
 from contextfold_server.engine.query import adaptive_query
 from contextfold_server.engine.trigger import Trigger, should_inject
 
@@ -92,8 +93,11 @@ class NoCustomizations:
         raise AssertionError("no template was given")
 
 
+async def count_words(text: str) -> int:
+    return len(text.split())
+
+
 def run(turns, search, request: InjectionRequest | None = None, provide=no_providers):
-    count_words = lambda text: len(text.split())  # noqa: E731
     return asyncio.run(inject(turns, request or InjectionRequest(), search, provide, count_words, NoCustomizations()))
 
 

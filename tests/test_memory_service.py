@@ -177,7 +177,7 @@ def test_unknown_names_are_not_found(client: Client) -> None:
 def test_a_tampered_page_token_is_invalid_argument_not_internal(server, make_store) -> None:
     import grpc
     from contextfold.v1 import memory_pb2, memory_pb2_grpc, provider_pb2, provider_pb2_grpc
-    from contextfold_server.api.convert import encode_page_token
+    from contextfold_server.api.paging import encode_page_token
 
     store = make_store()
     calls = [

@@ -13,9 +13,9 @@ import asyncio
 import numpy as np
 import psycopg
 import pytest
-from contextfold_server.database import Database
-from contextfold_server.memory.schema import migrate
-from contextfold_server.memory.store import NewMemory, PostgresMemoryStore, Scope
+from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
+from contextfold_server.postgres.migrations import migrate
+from contextfold_server.postgres.pool import Database
 
 from .servers import Postgres
 
@@ -65,7 +65,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
         await migrate(postgres.url)
         with psycopg.connect(postgres.url, autocommit=True) as conn:
             conn.execute("ALTER DATABASE postgres SET enable_seqscan = off")
-        database = await Database.open(postgres.url)
+        database = await Database.open(postgres.url, session_settings=SEARCH_SETTINGS)
         store = PostgresMemoryStore(database)
         try:
             await store.create_store("default", "vectors", "", DIMENSION)

@@ -1,16 +1,31 @@
-"""Errors the service reports to callers, independent of the transport.
+"""Errors the service reports to callers, each carrying its status code and its details.
 
-Adapters and servicers raise these; `api.status` maps each to one gRPC status
-with machine-readable details. Anything else that escapes a call is a bug.
+Adapters and servicers raise these. Each class names its `google.rpc.Code` and
+builds its machine-readable details (`google.rpc.BadRequest` naming each bad
+field, `ResourceInfo`, `ErrorInfo`), as python-api-core's exceptions carry
+theirs, so `api.status` sends any of them the same way. Anything else that
+escapes a call is a bug.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2
+
+DOMAIN = "contextfold.dev"
 
 
 class ServiceError(Exception):
     """An error whose message is safe and useful to show the caller."""
+
+    code: ClassVar[int] = code_pb2.INTERNAL
+
+    def details(self) -> list[Message]:
+        """The `google.rpc` details sent with the status."""
+        return []
 
 
 @dataclass
@@ -22,6 +37,8 @@ class FieldViolation:
 class InvalidArgument(ServiceError):
     """A request field is malformed; names every offending field and why."""
 
+    code = code_pb2.INVALID_ARGUMENT
+
     def __init__(self, *violations: FieldViolation) -> None:
         self.violations = list(violations)
         super().__init__("; ".join(f"{v.field}: {v.description}" for v in self.violations))
@@ -30,27 +47,44 @@ class InvalidArgument(ServiceError):
     def of(cls, field: str, description: str) -> InvalidArgument:
         return cls(FieldViolation(field, description))
 
+    def details(self) -> list[Message]:
+        violations = [
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in self.violations
+        ]
+        return [error_details_pb2.BadRequest(field_violations=violations)]
 
-class NotFound(ServiceError):
+
+class _AboutResource(ServiceError):
+    """An error about one resource (`google.rpc.ResourceInfo`)."""
+
+    verb: ClassVar[str]
+
     def __init__(self, resource_type: str, name: str, description: str = "") -> None:
         self.resource_type = resource_type
         self.name = name
-        super().__init__(description or f"{resource_type} {name!r} does not exist")
+        super().__init__(description or f"{resource_type} {name!r} {self.verb}")
+
+    def details(self) -> list[Message]:
+        return [
+            error_details_pb2.ResourceInfo(
+                resource_type=self.resource_type, resource_name=self.name, description=str(self)
+            )
+        ]
 
 
-class AlreadyExists(ServiceError):
-    def __init__(self, resource_type: str, name: str, description: str = "") -> None:
-        self.resource_type = resource_type
-        self.name = name
-        super().__init__(description or f"{resource_type} {name!r} already exists")
+class NotFound(_AboutResource):
+    code = code_pb2.NOT_FOUND
+    verb = "does not exist"
+
+
+class AlreadyExists(_AboutResource):
+    code = code_pb2.ALREADY_EXISTS
+    verb = "already exists"
 
 
 class FailedPrecondition(ServiceError):
-    pass
-
-
-class Unavailable(ServiceError):
-    """A dependency (the database, the embedder) cannot serve the call now; retrying may work."""
+    code = code_pb2.FAILED_PRECONDITION
 
 
 class _WithReason(ServiceError):
@@ -60,18 +94,38 @@ class _WithReason(ServiceError):
         self.reason = reason
         super().__init__(message)
 
+    def details(self) -> list[Message]:
+        return [error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN)]
+
+
+class Unavailable(_WithReason):
+    """A dependency (the database, the embedder) cannot serve the call now; retrying may work."""
+
+    code = code_pb2.UNAVAILABLE
+
+    def __init__(self, message: str, reason: str = "DEPENDENCY_UNAVAILABLE") -> None:
+        super().__init__(reason, message)
+
+
+class Starting(_WithReason):
+    """The service is not ready yet (UNAVAILABLE): its database or model is still starting."""
+
+    code = code_pb2.UNAVAILABLE
+
 
 class Unauthenticated(_WithReason):
     """No API key, or one that is not valid."""
+
+    code = code_pb2.UNAUTHENTICATED
 
 
 class PermissionDenied(_WithReason):
     """A valid key whose role may not make this call."""
 
+    code = code_pb2.PERMISSION_DENIED
+
 
 class ResourceExhausted(_WithReason):
     """Over a limit: the message says which, and retrying later may work."""
 
-
-class Starting(_WithReason):
-    """The service is not ready yet (UNAVAILABLE): its database or model is still starting."""
+    code = code_pb2.RESOURCE_EXHAUSTED

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from .access.keys import ROLES, KeyRepository
-from .memory.embedded import default_data_dir, start_embedded_postgres
-from .memory.schema import migrate
+from .postgres.embedded import default_data_dir, start_embedded_postgres
+from .postgres.migrations import migrate
 
 
 def build_parser() -> argparse.ArgumentParser:

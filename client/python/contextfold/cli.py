@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 from google.protobuf import json_format
@@ -41,16 +42,25 @@ def _add_scope_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session-id", default="")
 
 
+# Commands that come with the server, which registers them in this entry-point group: the client
+# names them for `--help`, and never imports the server itself.
+SERVER_COMMANDS = "contextfold.commands"
+_SERVER_COMMAND_HELP = {
+    "serve": "run the server (options: contextfold serve --help)",
+    "keys": "create, list and revoke API keys (contextfold keys --help)",
+}
+
+
 def _server_command(command: str, rest: Sequence[str]) -> int:
-    try:
-        from contextfold_server import keys_cli, process
-    except ImportError:
-        print("error: the server is not installed here; install contextfold-server (see the README)", file=sys.stderr)
+    found = {entry.name: entry for entry in entry_points(group=SERVER_COMMANDS)}
+    if command not in found:
+        print(
+            f"error: `contextfold {command}` comes with the server, which is not installed here:"
+            " pip install contextfold-server (in a checkout, `make run` installs it)",
+            file=sys.stderr,
+        )
         return 1
-    if command == "serve":
-        process.main(list(rest))
-        return 0
-    return keys_cli.main(list(rest))
+    return found[command].load()(list(rest)) or 0
 
 
 def _stores(args: argparse.Namespace, cf: Client) -> None:
@@ -157,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", default=None, help="default: $CONTEXTFOLD_API_KEY")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    commands.add_parser("serve", help="run the server (options: contextfold serve --help)", add_help=False)
-    commands.add_parser("keys", help="create, list and revoke API keys (contextfold keys --help)", add_help=False)
+    for name, help_text in _SERVER_COMMAND_HELP.items():
+        commands.add_parser(name, help=help_text, add_help=False)
 
     stores = commands.add_parser("stores", help="create, list and delete stores")
     store_actions = stores.add_subparsers(dest="action", required=True)
@@ -232,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command in ("serve", "keys"):
+    if args.command in _SERVER_COMMAND_HELP:
         return _server_command(args.command, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import grpc
+from google.protobuf import descriptor_pb2
 
 from . import _requests
 from ._requests import MemoryLike, ScopeLike
@@ -31,19 +32,24 @@ def default_target() -> str:
     return os.environ.get("CONTEXTFOLD_ADDRESS", DEFAULT_TARGET)
 
 
-# Calls that are safe to repeat (they change nothing) are tried again, after a short backoff,
-# when the service is UNAVAILABLE or cut the call off (CANCELLED, never by this client): a
-# replica starting, draining or gone, or a proxy between that lost it. Writes are not.
+# contextfold's services, by the names `_Call` uses for them.
+_SERVICES = {
+    "injection": (
+        injection_pb2.DESCRIPTOR.services_by_name["InjectionService"],
+        injection_pb2_grpc.InjectionServiceStub,
+    ),
+    "memory": (memory_pb2.DESCRIPTOR.services_by_name["MemoryService"], memory_pb2_grpc.MemoryServiceStub),
+    "providers": (provider_pb2.DESCRIPTOR.services_by_name["ProviderService"], provider_pb2_grpc.ProviderServiceStub),
+}
+# Calls that are safe to repeat (they change nothing, as the protos declare with
+# `idempotency_level = NO_SIDE_EFFECTS`) are tried again, after a short backoff, when the
+# service is UNAVAILABLE or cut the call off (CANCELLED, never by this client): a replica
+# starting, draining or gone, or a proxy between that lost it. Writes are not.
 _SAFE_TO_REPEAT = frozenset(
-    {
-        ("injection", "Inject"),
-        ("memory", "ListStores"),
-        ("memory", "SearchMemories"),
-        ("memory", "GetMemory"),
-        ("memory", "ListMemories"),
-        ("providers", "GetProvider"),
-        ("providers", "ListProviders"),
-    }
+    (name, method.name)
+    for name, (service, _) in _SERVICES.items()
+    for method in service.methods
+    if method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
 )
 _RETRIED_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 _ATTEMPTS = 3
@@ -208,11 +214,7 @@ class Client:
         self._channel = channel or (
             grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
         )
-        self._stubs = {
-            "injection": injection_pb2_grpc.InjectionServiceStub(self._channel),
-            "memory": memory_pb2_grpc.MemoryServiceStub(self._channel),
-            "providers": provider_pb2_grpc.ProviderServiceStub(self._channel),
-        }
+        self._stubs = {name: stub(self._channel) for name, (_, stub) in _SERVICES.items()}
         self.timeout = timeout
 
     def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
@@ -317,11 +319,7 @@ class AsyncClient:
         self._channel = channel or (
             grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
         )
-        self._stubs = {
-            "injection": injection_pb2_grpc.InjectionServiceStub(self._channel),
-            "memory": memory_pb2_grpc.MemoryServiceStub(self._channel),
-            "providers": provider_pb2_grpc.ProviderServiceStub(self._channel),
-        }
+        self._stubs = {name: stub(self._channel) for name, (_, stub) in _SERVICES.items()}
         self.timeout = timeout
 
     async def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:

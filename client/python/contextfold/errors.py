@@ -36,6 +36,18 @@ class ContextfoldError(Exception):
             for violation in detail.field_violations
         ]
 
+    @property
+    def reason(self) -> str | None:
+        """The machine-readable cause (`google.rpc.ErrorInfo.reason`), e.g. `API_KEY_INVALID`."""
+        return next((d.reason for d in self.details if type(d).__name__ == "ErrorInfo"), None)
+
+    @property
+    def resource(self) -> tuple[str, str] | None:
+        """`(type, name)` of the resource the error is about (`google.rpc.ResourceInfo`)."""
+        return next(
+            ((d.resource_type, d.resource_name) for d in self.details if type(d).__name__ == "ResourceInfo"), None
+        )
+
     def __str__(self) -> str:
         return f"{self.code.name}: {self.message}"
 

@@ -7,20 +7,28 @@
  * never tried again, since the first attempt may have landed. Up to three attempts, 50 ms then
  * 100 ms apart, all within the call's own deadline: a deadline that passes, or a caller that gives
  * up, ends the retries at once.
+ *
+ * Which calls only read is said once, in the protos (`option idempotency_level = NO_SIDE_EFFECTS`),
+ * and read here from the generated descriptors.
  */
+import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { setTimeout as sleep } from "node:timers/promises";
+import { InjectionService } from "./gen/contextfold/v1/injection_pb.js";
+import { MemoryService } from "./gen/contextfold/v1/memory_pb.js";
+import { ProviderService } from "./gen/contextfold/v1/provider_pb.js";
 
-/** The read-only calls, as `service/method`. */
-export const SAFE_TO_REPEAT: ReadonlySet<string> = new Set([
-  "contextfold.v1.InjectionService/Inject",
-  "contextfold.v1.MemoryService/ListStores",
-  "contextfold.v1.MemoryService/SearchMemories",
-  "contextfold.v1.MemoryService/GetMemory",
-  "contextfold.v1.MemoryService/ListMemories",
-  "contextfold.v1.ProviderService/GetProvider",
-  "contextfold.v1.ProviderService/ListProviders",
-]);
+function changesNothing(method: DescMethod): boolean {
+  return method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS;
+}
+
+/** The read-only calls of contextfold's services, as `service/method`. */
+export const SAFE_TO_REPEAT: ReadonlySet<string> = new Set(
+  ([InjectionService, MemoryService, ProviderService] as DescService[]).flatMap((service) =>
+    service.methods.filter(changesNothing).map((method) => `${service.typeName}/${method.name}`),
+  ),
+);
 
 const RETRIED = new Set([Code.Unavailable, Code.Canceled]);
 const ATTEMPTS = 3;
@@ -31,7 +39,7 @@ const BACKOFF_MS = 50;
  * (`ClientOptions.transport`) to keep the behaviour.
  */
 export const retrySafeCalls: Interceptor = (next) => async (request) => {
-  if (request.stream || !SAFE_TO_REPEAT.has(`${request.service.typeName}/${request.method.name}`)) {
+  if (request.stream || !changesNothing(request.method)) {
     return next(request);
   }
   for (let attempt = 0; ; attempt++) {

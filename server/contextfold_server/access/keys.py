@@ -12,7 +12,6 @@ on every replica, within moments (LISTEN/NOTIFY), as revoking a key takes effect
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import secrets
@@ -23,7 +22,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..memory.schema import SCHEMA
+from ..postgres.listener import ChangeListener
+from ..postgres.migrations import SCHEMA
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class KeyRepository:
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
 
-    async def _connect(self) -> psycopg.AsyncConnection:
+    async def _connect(self) -> psycopg.AsyncConnection[dict[str, Any]]:
         return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, row_factory=dict_row)
 
     async def create(self, namespace: str, role: str, description: str = "") -> tuple[KeyRecord, str]:
@@ -122,13 +122,14 @@ class KeyRepository:
 
 
 class KeyRing:
-    """This replica's view of the active keys, kept current by LISTEN/NOTIFY; a lookup never waits on Postgres."""
+    """This replica's view of the active keys, kept current by the change listener; a lookup never
+    waits on Postgres."""
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, listener: ChangeListener) -> None:
         self._conninfo = conninfo
         self._callers: dict[bytes, Caller] = {}
-        self._loaded = asyncio.Event()
-        self._listener: asyncio.Task | None = None
+        self._loaded = False
+        listener.subscribe(CHANNEL, changed=lambda _: self.reload(), reload=self.reload)
 
     @property
     def open(self) -> bool:
@@ -139,22 +140,15 @@ class KeyRing:
         """Whose key this is; None for a key that is unknown or revoked."""
         return self._callers.get(hash_key(key))
 
-    async def start(self, timeout: float = 30.0) -> None:
-        self._listener = asyncio.create_task(self._listen(), name="key-ring")
-        await asyncio.wait_for(self._loaded.wait(), timeout)
-
-    async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
-
-    async def _load(self, conn: psycopg.AsyncConnection) -> None:
-        cursor = await conn.execute(
-            f"SELECT id, key_hash, namespace, role FROM {SCHEMA}.api_keys WHERE revoke_time IS NULL"
-        )
-        rows = await cursor.fetchall()
-        first, was_open = not self._loaded.is_set(), self.open
+    async def reload(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, row_factory=dict_row) as conn:
+            cursor = await conn.execute(
+                f"SELECT id, key_hash, namespace, role FROM {SCHEMA}.api_keys WHERE revoke_time IS NULL"
+            )
+            rows = await cursor.fetchall()
+        first, was_open = not self._loaded, self.open
         self._callers = {bytes(row["key_hash"]): Caller(row["namespace"], row["role"], row["id"]) for row in rows}
+        self._loaded = True
         if not first and was_open == self.open:
             return
         if self.open:
@@ -165,22 +159,3 @@ class KeyRing:
             )
         else:
             logger.info("API keys are required | active_keys=<%d>", len(self._callers))
-
-    async def _listen(self) -> None:
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True, row_factory=dict_row
-                ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    while True:
-                        await self._load(conn)
-                        self._loaded.set()
-                        # The connection serves one thing at a time: wait for a change, then reload.
-                        async for _ in conn.notifies(stop_after=1):
-                            pass
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # noqa: BLE001 - keep the keys we have; reconnect and reload.
-                logger.warning("reason=<%s> | key ring lost its connection | reconnecting", error)
-                await asyncio.sleep(1.0)

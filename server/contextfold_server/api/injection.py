@@ -12,16 +12,10 @@ from ..errors import InvalidArgument, Unavailable
 from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
-from ..tokens import count_tokens
+from ..tokens import count_tokens_async
 from .caller import caller_namespace
-from .convert import (
-    check_max_tokens,
-    injected_block,
-    memory_request_from_proto,
-    report_to_proto,
-    scope_from_proto,
-    turns_from_messages,
-)
+from .checks import check_max_tokens
+from .convert import injected_block, memory_request_from_proto, report_to_proto, scope_from_proto, turns_from_messages
 from .status import reports_errors
 
 
@@ -35,7 +29,9 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         self._sandbox = sandbox
 
     @reports_errors
-    async def Inject(self, request: injection_pb2.InjectRequest, context: grpc.aio.ServicerContext):
+    async def Inject(
+        self, request: injection_pb2.InjectRequest, context: grpc.aio.ServicerContext
+    ) -> injection_pb2.InjectResponse:
         # A malformed request is the caller's bug and gets INVALID_ARGUMENT; past
         # these checks, nothing fails the call: injection fails open.
         namespace = caller_namespace(context)
@@ -72,7 +68,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             ),
             self._searcher.port(namespace, scope),
             provide,
-            count_tokens,
+            count_tokens_async,
             RequestCustomizer(self._sandbox, request, turns),
         )
 

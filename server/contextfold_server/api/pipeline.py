@@ -27,6 +27,7 @@ from ..observe.logs import log_call
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from .caller import CALLER
+from .readiness import Readiness
 from .status import abort_with
 
 INJECT = "/contextfold.v1.InjectionService/Inject"
@@ -49,12 +50,12 @@ Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
 class CallPipeline(grpc.aio.ServerInterceptor):
-    def __init__(self, metrics: Metrics, max_in_flight: int) -> None:
+    def __init__(self, metrics: Metrics, max_in_flight: int, keys: KeyRing, readiness: Readiness) -> None:
         self._metrics = metrics
         self._max_in_flight = max_in_flight
         self._in_flight = 0
-        # Set once the database, the model and the keys are ready.
-        self.keys: KeyRing | None = None
+        self._keys = keys
+        self._readiness = readiness
 
     @property
     def in_flight(self) -> int:
@@ -136,7 +137,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
 
     def _admit(self, method: str, metadata: dict[str, str]) -> Caller:
         """The caller, if the call may go ahead: raises the status that says why not."""
-        if self.keys is None:
+        if not self._readiness.taking_calls:
             raise Starting("STARTING", "contextfold is starting: its database or model is not ready yet; retry")
         if self._in_flight >= self._max_in_flight:
             self._metrics.shed.inc()
@@ -144,12 +145,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 "TOO_MANY_CALLS_IN_FLIGHT",
                 f"the server is at its limit of {self._max_in_flight} calls in flight; retry with backoff",
             )
-        if self.keys.open:
+        if self._keys.open:
             return OPEN_CALLER
         scheme, _, key = metadata.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthenticated("API_KEY_REQUIRED", "an API key is required: send `authorization: Bearer <key>`")
-        caller = self.keys.caller(key.strip())
+        caller = self._keys.caller(key.strip())
         if caller is None:
             raise Unauthenticated("API_KEY_INVALID", "the API key is not valid, or it was revoked")
         if method in ADMIN_METHODS and caller.role != "admin":

@@ -12,7 +12,7 @@ from google.protobuf import json_format
 
 from ..engine.conversation import Role, Turn, is_user_turn, latest_index, text_of
 from ..engine.entries import RetrievedEntry
-from ..engine.failures import SourceFailed
+from ..engine.outcome import SourceFailed
 from .sandbox import Sandbox, SandboxError
 
 

@@ -30,7 +30,7 @@ RESULT_TYPES = {"trigger": "BOOL", "query": "STRING"}
 
 
 @functools.cache
-def environment():
+def environment() -> Any:
     from cel_expr_python import cel
     from cel_expr_python.ext import ext_strings
 
@@ -39,7 +39,7 @@ def environment():
 
 
 @functools.lru_cache(maxsize=1024)
-def compile_expression(source: str, kind: str):
+def compile_expression(source: str, kind: str) -> Any:
     """The compiled program; raises ValueError with the parse or type error. Cached by source."""
     from cel_expr_python import cel
 

@@ -49,7 +49,7 @@ class Sandbox:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
-        if await worker.stdout.readexactly(len(READY)) != READY:
+        if await _pipes(worker)[1].readexactly(len(READY)) != READY:
             raise RuntimeError("the sandbox worker did not start")
         return worker
 
@@ -60,10 +60,11 @@ class Sandbox:
         answered = False
         try:
             async with asyncio.timeout(self.time_limit):
-                worker.stdin.write(_HEADER.pack(len(payload)) + payload)
-                await worker.stdin.drain()
-                (size,) = _HEADER.unpack(await worker.stdout.readexactly(_HEADER.size))
-                ok, value = pickle.loads(await worker.stdout.readexactly(size))
+                to_worker, from_worker = _pipes(worker)
+                to_worker.write(_HEADER.pack(len(payload)) + payload)
+                await to_worker.drain()
+                (size,) = _HEADER.unpack(await from_worker.readexactly(_HEADER.size))
+                ok, value = pickle.loads(await from_worker.readexactly(size))
             answered = True
         except TimeoutError:
             raise SandboxError(f"ran past its time limit of {self.time_limit * 1000:.0f} ms") from None
@@ -97,6 +98,13 @@ class Sandbox:
                 # The pool must heal: a worker that cannot start now is tried again.
                 logger.error("reason=<%s> | sandbox worker failed to start | retrying in 1s", error)
                 await asyncio.sleep(1.0)
+
+
+def _pipes(worker: asyncio.subprocess.Process) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:
+    """The worker's stdin and stdout, which `_spawn` always opens as pipes."""
+    if worker.stdin is None or worker.stdout is None:
+        raise SandboxError("the worker has no pipes")
+    return worker.stdin, worker.stdout
 
 
 def _kill(worker: asyncio.subprocess.Process) -> None:

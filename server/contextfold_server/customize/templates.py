@@ -37,14 +37,14 @@ def _bounded_range(*args: int) -> range:
 
 
 @functools.cache
-def environment():
+def environment() -> Any:
     from jinja2 import StrictUndefined
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class BoundedEnvironment(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["*", "**"])
 
-        def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             if operator == "*" and any(
                 isinstance(sequence, str | list | tuple)
                 and isinstance(count, int)
@@ -63,7 +63,7 @@ def environment():
 
 
 @functools.lru_cache(maxsize=256)
-def compile_template(source: str):
+def compile_template(source: str) -> Any:
     """The compiled template; raises ValueError with the syntax error. Cached by source."""
     from jinja2 import TemplateSyntaxError
 

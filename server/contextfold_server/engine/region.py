@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from .conversation import Turn
 from .entries import RetrievedEntry
-from .failures import describe
-from .fold import fold_target, separated, shows_text
-from .memory import MEMORY_SOURCE, SkipReason
+from .fold import separated
+from .gate import Skipped, SkipReason
+from .memory import MEMORY_SOURCE
+from .outcome import describe
 
 COALESCED_SOURCE = "coalesced"
 
-TokenCounter = Callable[[str], int]
+TokenCounter = Callable[[str], Awaitable[int]]
 RenderEntries = Callable[[tuple[RetrievedEntry, ...]], Awaitable[str]]
 
 
@@ -58,20 +58,22 @@ class PlannedBlock:
 
 @dataclass
 class RegionPlan:
-    target_index: int
     blocks: list[PlannedBlock] = field(default_factory=list)
     # The offers that made it, as folded (memory possibly with fewer entries).
     kept: list[Candidate] = field(default_factory=list)
-    dropped: dict[str, tuple[SkipReason, str]] = field(default_factory=dict)
+    # The offers left out, each with why.
+    dropped: dict[str, Skipped] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
     total_tokens: int = 0
 
 
-class _Renderings:
-    """Each offer rendered once per size: a budget may ask for the same rendering again."""
+class _Measures:
+    """Each offer rendered and counted once per size and placement: a budget asks for the same again."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_tokens: TokenCounter) -> None:
+        self._count_tokens = count_tokens
         self._texts: dict[tuple[str, int], str] = {}
+        self._tokens: dict[tuple[str, int, bool], int] = {}
 
     async def text(self, candidate: Candidate) -> str:
         key = (candidate.source, len(candidate.entries))
@@ -79,48 +81,53 @@ class _Renderings:
             self._texts[key] = await candidate.render()
         return self._texts[key]
 
+    async def tokens(self, candidate: Candidate, follows_text: bool) -> int:
+        """Tokens of the candidate's block, on a blank line of its own when it follows text."""
+        key = (candidate.source, len(candidate.entries), follows_text)
+        if key not in self._tokens:
+            self._tokens[key] = await self._count_tokens(separated(await self.text(candidate), follows_text))
+        return self._tokens[key]
+
 
 async def plan_region(
-    turns: Sequence[Turn],
     candidates: Sequence[Candidate],
     *,
+    follows_text: bool,
     max_tokens: int,
     coalesce: bool,
     count_tokens: TokenCounter,
 ) -> RegionPlan:
-    plan = RegionPlan(target_index=fold_target(turns))
-    if plan.target_index < 0:
-        for candidate in candidates:
-            plan.dropped[candidate.source] = (SkipReason.NO_USER_MESSAGE, "the conversation has no user message")
-        return plan
-    follows_text = shows_text(turns[plan.target_index])
-    renderings = _Renderings()
+    """The blocks to fold into a message that already shows text (`follows_text`) or does not."""
+    plan = RegionPlan()
+    measures = _Measures(count_tokens)
 
-    kept = []
+    kept: list[Candidate] = []
     for candidate in sorted(candidates, key=lambda c: (-c.priority, c.order)):
         try:
-            fitted = await _within_own_cap(candidate, renderings, count_tokens)
-            blank = fitted is not None and not (await renderings.text(fitted)).strip()
+            fitted = await _within_own_cap(candidate, measures)
+            blank = fitted is not None and not (await measures.text(fitted)).strip()
         except Exception as error:  # noqa: BLE001 - a rendering that fails leaves only its source out.
-            plan.dropped[candidate.source] = (SkipReason.FAILED, describe(error))
+            plan.dropped[candidate.source] = Skipped(SkipReason.FAILED, describe(error))
             continue
         if fitted is None:
-            plan.dropped[candidate.source] = (
-                SkipReason.OVER_BUDGET,
-                f"its text is over its own cap of {candidate.max_tokens} tokens",
+            plan.dropped[candidate.source] = Skipped(
+                SkipReason.OVER_BUDGET, f"its text is over its own cap of {candidate.max_tokens} tokens"
             )
         elif blank:
-            plan.dropped[candidate.source] = (SkipReason.EMPTY_TEXT, "its text is blank")
+            plan.dropped[candidate.source] = Skipped(SkipReason.EMPTY_TEXT, "its text is blank")
         else:
             kept.append(fitted)
 
     while kept:
-        texts = [await renderings.text(candidate) for candidate in kept]
+        texts = [await measures.text(candidate) for candidate in kept]
         blocks = _blocks(kept, texts, follows_text, coalesce)
-        total = sum(count_tokens(block.text) for block in blocks)
+        if coalesce:
+            total = await count_tokens(blocks[0].text) if blocks else 0
+        else:
+            total = sum([await measures.tokens(c, follows_text or i > 0) for i, c in enumerate(kept)])
         if not max_tokens or total <= max_tokens:
             plan.blocks, plan.kept, plan.total_tokens = blocks, kept, total
-            plan.tokens = {candidate.source: count_tokens(text) for candidate, text in zip(kept, texts, strict=True)}
+            plan.tokens = {candidate.source: await measures.tokens(candidate, follows_text=False) for candidate in kept}
             return plan
         lowest = kept[-1]
         smaller = lowest.yield_one()
@@ -128,21 +135,19 @@ async def plan_region(
             kept[-1] = smaller
         else:
             kept.pop()
-            plan.dropped[lowest.source] = (
-                SkipReason.OVER_BUDGET,
-                f"the request's budget of {max_tokens} tokens went to higher-priority sources",
+            plan.dropped[lowest.source] = Skipped(
+                SkipReason.OVER_BUDGET, f"the request's budget of {max_tokens} tokens went to higher-priority sources"
             )
     return plan
 
 
-async def _within_own_cap(
-    candidate: Candidate, renderings: _Renderings, count_tokens: TokenCounter
-) -> Candidate | None:
+async def _within_own_cap(candidate: Candidate, measures: _Measures) -> Candidate | None:
+    """The offer, yielding what it must to fit its own cap (counted without a separator), or None."""
     current: Candidate | None = candidate
     while (
         current is not None
         and candidate.max_tokens
-        and count_tokens(await renderings.text(current)) > candidate.max_tokens
+        and await measures.tokens(current, follows_text=False) > candidate.max_tokens
     ):
         current = current.yield_one()
     return current

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..embedding import Embedder
 from ..engine.entries import RetrievedEntry
-from ..engine.memory import SearchQuery, SearchResult
+from ..engine.memory import MemorySearch, SearchQuery, SearchResult
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
 from .store import PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
@@ -62,7 +62,7 @@ class MemorySearcher:
                 )
         return results, durations
 
-    def port(self, namespace: str, scope: Scope):
+    def port(self, namespace: str, scope: Scope) -> MemorySearch:
         """The engine's `MemorySearch` port, bound to one caller's namespace and scope."""
 
         async def search(query: SearchQuery) -> SearchResult:

@@ -15,13 +15,12 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ..database import Database
 from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from .schema import SCHEMA, ensure_vector_index
+from ..postgres.migrations import SCHEMA, ensure_vector_index
+from ..postgres.pool import Connection, Database, NamespaceConnection
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,16 @@ class MemoryRecord:
 class ScoredRecord:
     memory: MemoryRecord
     score: float
+
+
+# Enough candidates per probe that filtered searches stay accurate, and pgvector
+# 0.8's iterative scan keeps probing when a scope filter discards candidates.
+# Statements psycopg prepares are planned for their values on every execution: a
+# generic plan knows neither the limit nor the scope's values, so it could not pick,
+# call by call, a narrow scope's own index or the vector index for a broad one.
+SEARCH_SETTINGS = (
+    "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
+)
 
 
 _MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -137,7 +146,7 @@ class PostgresMemoryStore:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def _connection(self, namespace: str):
+    def _connection(self, namespace: str) -> NamespaceConnection:
         return self._database.connection(namespace)
 
     # Stores
@@ -324,7 +333,7 @@ class PostgresMemoryStore:
             return len(deleted)
 
 
-async def _store_dimension(conn: psycopg.AsyncConnection, namespace: str, store: str, lock: str = "") -> int:
+async def _store_dimension(conn: Connection, namespace: str, store: str, lock: str = "") -> int:
     """The store's dimension; NOT_FOUND when it does not exist."""
     cursor = await conn.execute(
         f"SELECT dimension FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s {lock}", (namespace, store)

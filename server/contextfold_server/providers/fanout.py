@@ -17,8 +17,8 @@ from contextfold.v1 import provider_pb2
 from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ..engine.failures import SourceFailed
 from ..engine.injection import ProviderSpec, ProvideText
+from ..engine.outcome import SourceFailed
 from ..observe.tracing import metadata_for_call, span
 
 PROVIDE_METHOD = "/contextfold.v1.ContextProvider/Provide"

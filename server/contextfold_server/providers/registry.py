@@ -7,22 +7,17 @@ moments. `Inject` reads the cache and never waits on the database for it.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
-from ..database import Database
 from ..engine.injection import ProviderSpec
 from ..engine.trigger import Trigger
 from ..errors import AlreadyExists, NotFound
-from ..memory.schema import SCHEMA
-
-logger = logging.getLogger(__name__)
+from ..postgres.listener import ChangeListener
+from ..postgres.migrations import SCHEMA
+from ..postgres.pool import Connection, Database
 
 CHANNEL = "contextfold_providers"
 _COLUMNS = (
@@ -91,7 +86,7 @@ class ProviderRepository:
             raise NotFound("provider", name)
         return ProviderRecord.from_row(row)
 
-    async def list(self, namespace: str, after: tuple[int, int] | None, limit: int) -> list[ProviderRecord]:
+    async def page(self, namespace: str, after: tuple[int, int] | None, limit: int) -> list[ProviderRecord]:
         """By priority (highest first), then registration; `after` is the (priority, seq) a page ended on."""
         priority, seq = after if after else (2**31, 0)
         async with self._database.connection(namespace) as conn:
@@ -136,13 +131,14 @@ class ProviderRepository:
             await _announce(conn, namespace)
 
 
-async def _announce(conn: psycopg.AsyncConnection, namespace: str) -> None:
+async def _announce(conn: Connection, namespace: str) -> None:
     # Delivered on commit, and only then: a rolled-back change announces nothing.
     await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, namespace))
 
 
 class ProviderDirectory:
-    """This replica's view of the providers of each namespace it has served, kept current by LISTEN/NOTIFY.
+    """This replica's view of the providers of each namespace it has served, kept current by the
+    change listener.
 
     A namespace's registrations are loaded the first time a call needs them, with a
     connection acting for that namespace, like any other read: the directory never
@@ -153,27 +149,16 @@ class ProviderDirectory:
     def __init__(
         self,
         repository: ProviderRepository,
-        conninfo: str,
+        listener: ChangeListener,
         on_refresh: Callable[[set[str]], Awaitable[None]] | None = None,
     ) -> None:
         self._repository = repository
-        self._conninfo = conninfo
         # Told the targets still registered after each refresh, e.g. to close unused channels.
         self._on_refresh = on_refresh
         self._providers: dict[str, list[ProviderRecord]] = {}
         # Bumped by each announced change, so a load that raced a change is done again.
         self._versions: dict[str, int] = {}
-        self._listening = asyncio.Event()
-        self._listener: asyncio.Task | None = None
-
-    async def start(self, timeout: float = 30.0) -> None:
-        self._listener = asyncio.create_task(self._listen(), name="provider-directory")
-        await asyncio.wait_for(self._listening.wait(), timeout)
-
-    async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+        listener.subscribe(CHANNEL, changed=self._changed, reload=self._reload_cached)
 
     async def providers(self, namespace: str) -> list[ProviderRecord]:
         """The namespace's providers, by priority (highest first), then registration."""
@@ -209,19 +194,6 @@ class ProviderDirectory:
         if namespace in self._providers:
             await self.refresh(namespace)
 
-    async def _listen(self) -> None:
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    # Listening first, then reloading, so no change falls between the two.
-                    for namespace in list(self._providers):
-                        await self._changed(namespace)
-                    self._listening.set()
-                    async for notice in conn.notifies():
-                        await self._changed(notice.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # noqa: BLE001 - keep listening: reconnect and reload.
-                logger.warning("reason=<%s> | provider directory lost its connection | reconnecting", error)
-                await asyncio.sleep(1.0)
+    async def _reload_cached(self) -> None:
+        for namespace in list(self._providers):
+            await self._changed(namespace)

@@ -9,6 +9,8 @@ nothing. Tables live in their own schema so contextfold can share a database.
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from psycopg import sql
 
@@ -169,7 +171,7 @@ async def migrate(conninfo: str) -> None:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
 
 
-async def ensure_vector_index(conn: psycopg.AsyncConnection, dimension: int) -> None:
+async def ensure_vector_index(conn: psycopg.AsyncConnection[Any], dimension: int) -> None:
     """An HNSW cosine index for the entries of one dimension.
 
     One table holds stores of every dimension, so each dimension gets a partial
@@ -182,6 +184,7 @@ async def ensure_vector_index(conn: psycopg.AsyncConnection, dimension: int) -> 
     # role, and the transaction goes on as the role it had.
     cursor = await conn.execute("SELECT current_user AS role")
     row = await cursor.fetchone()
+    assert row is not None
     role = row["role"] if isinstance(row, dict) else row[0]
     await conn.execute("SET LOCAL ROLE NONE")
     await conn.execute(

@@ -12,23 +12,19 @@ unprivileged service role.
 from __future__ import annotations
 
 import weakref
+from types import TracebackType
+from typing import Any, cast
 
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from .errors import Unavailable
-from .memory.schema import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_security
+from ..errors import Unavailable
+from .migrations import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_security
 
-# Enough candidates per probe that filtered searches stay accurate, and pgvector
-# 0.8's iterative scan keeps probing when a scope filter discards candidates.
-# Statements psycopg prepares are planned for their values on every execution: a
-# generic plan knows neither the limit nor the scope's values, so it could not pick,
-# call by call, a narrow scope's own index or the vector index for a broad one.
-SEARCH_SETTINGS = (
-    "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
-)
+# A pooled connection as adapters use it: rows come back as dicts.
+Connection = psycopg.AsyncConnection[dict[str, Any]]
 
 
 class Database:
@@ -36,13 +32,16 @@ class Database:
         self.conninfo = conninfo
         self._pool = pool
         # The namespace each pooled connection acts for, so it is set only when it changes.
-        self._namespaces: weakref.WeakKeyDictionary[psycopg.AsyncConnection, str] = weakref.WeakKeyDictionary()
+        self._namespaces: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
 
     @classmethod
-    async def open(cls, conninfo: str, min_size: int = 2, max_size: int = 10) -> Database:
+    async def open(cls, conninfo: str, session_settings: str = "", min_size: int = 2, max_size: int = 10) -> Database:
+        """The pool; each new connection runs `session_settings` (SQL `SET`s) once."""
+
         async def configure(conn: psycopg.AsyncConnection) -> None:
             await register_vector_async(conn)
-            await conn.execute(SEARCH_SETTINGS)
+            if session_settings:
+                await conn.execute(session_settings)
             if await bypasses_row_security(conn):
                 await conn.execute(f"SET ROLE {SERVICE_ROLE}")
             await conn.commit()
@@ -66,9 +65,9 @@ class Database:
     async def close(self) -> None:
         await self._pool.close()
 
-    def connection(self, namespace: str) -> _Connection:
+    def connection(self, namespace: str) -> NamespaceConnection:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
-        return _Connection(self._pool, namespace, self._namespaces)
+        return NamespaceConnection(self._pool, namespace, self._namespaces)
 
     def stats(self) -> dict[str, int]:
         """The pool's size and use, for metrics."""
@@ -81,22 +80,22 @@ class Database:
         }
 
 
-class _Connection:
+class NamespaceConnection:
     """A pooled connection yielding dict rows, acting for one namespace."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool,
         namespace: str,
-        namespaces: weakref.WeakKeyDictionary[psycopg.AsyncConnection, str],
+        namespaces: weakref.WeakKeyDictionary[Connection, str],
     ) -> None:
         self._context = pool.connection()
         self._namespace = namespace
         self._namespaces = namespaces
 
-    async def __aenter__(self) -> psycopg.AsyncConnection:
+    async def __aenter__(self) -> Connection:
         try:
-            conn = await self._context.__aenter__()
+            conn = cast(Connection, await self._context.__aenter__())
             conn.row_factory = dict_row
             if self._namespaces.get(conn) != self._namespace:
                 # Committed on its own, so no later rollback on this connection undoes it.
@@ -107,8 +106,9 @@ class _Connection:
             raise Unavailable(f"database unavailable: {error}") from error
         return conn
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self._context.__aexit__(exc_type, exc, tb)
         if isinstance(exc, psycopg.OperationalError):
             raise Unavailable(f"database unavailable: {exc}") from exc
-        return False

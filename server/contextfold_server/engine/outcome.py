@@ -1,0 +1,46 @@
+"""What each source contributed to one injection, or why it contributed nothing.
+
+One type for every source: memory and each provider. Memory's outcome also
+carries the query it searched with and the entries it folded; the report's
+top-level memory fields are read from it at the API edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .entries import RetrievedEntry
+from .gate import SkipReason
+
+
+class SourceFailed(Exception):
+    """A source failed for a reason its message already states for people."""
+
+
+def describe(error: BaseException) -> str:
+    """A failure put in words for the report."""
+    return str(error) if isinstance(error, SourceFailed) else f"{type(error).__name__}: {error}"
+
+
+@dataclass
+class SourceOutcome:
+    source: str
+    priority: int
+    injected: bool = False
+    skip_reason: SkipReason | None = None
+    detail: str = ""
+    tokens: int = 0
+    # Seconds from the start of the call until the source answered or was given up on.
+    duration: float = 0.0
+    # Memory's own: what it searched with, and the entries it folded, best first.
+    query: str = ""
+    entries: tuple[RetrievedEntry, ...] = ()
+
+    def skip(self, reason: SkipReason, detail: str) -> None:
+        """Leave this source out, with why: it folds nothing."""
+        self.injected, self.tokens, self.entries = False, 0, ()
+        self.skip_reason, self.detail = reason, detail
+
+    def fold(self, tokens: int, entries: tuple[RetrievedEntry, ...] = ()) -> None:
+        self.injected, self.tokens, self.entries = True, tokens, entries
+        self.skip_reason, self.detail = None, ""
