@@ -17,6 +17,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from .polling import wait_for
+
 READY = re.compile(r"serving on [^:]+:(\d+)")
 
 
@@ -69,18 +71,21 @@ def start_server(
         start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        match = READY.search(log_path.read_text(errors="replace"))
-        if match:
-            address = f"127.0.0.1:{match.group(1)}"
-            wait_serving(address, deadline - time.monotonic(), credentials)
-            return ServerProcess(process, address, log_path)
+    started = time.monotonic()
+
+    def ready() -> re.Match[str] | None:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}")
+        return READY.search(log_path.read_text(errors="replace"))
+
+    try:
+        match = wait_for(ready, timeout, what="the server to log that it serves")
+    except AssertionError:
+        process.kill()
+        raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}") from None
+    address = f"127.0.0.1:{match.group(1)}"
+    wait_serving(address, timeout - (time.monotonic() - started), credentials)
+    return ServerProcess(process, address, log_path)
 
 
 @contextlib.contextmanager
@@ -121,6 +126,14 @@ def wait_serving(address: str, timeout: float, credentials: grpc.ChannelCredenti
         assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class Postgres:
     """A Postgres with pgvector of the tests' own, which a test may stop."""
 
@@ -134,14 +147,7 @@ class Postgres:
         """Stop the server at once, dropping every connection (a fast shutdown)."""
         pid = self._server.get_pid()
         os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-        raise RuntimeError("postgres did not stop")
+        wait_for(lambda: not _alive(pid), 30, what="postgres to stop")
 
     def restart(self) -> None:
         """Start the server again on the same data and socket, after `kill`."""

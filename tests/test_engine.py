@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from contextfold_server.engine.conversation import InjectedRef, Role, Turn, injected_entry_ids, is_user_turn
 from contextfold_server.engine.entries import RetrievedEntry, rank_across_stores
 from contextfold_server.engine.fold import fold_target, separated, shows_text
 from contextfold_server.engine.format import escape_xml_attr, escape_xml_text, format_memory_block
-from contextfold_server.engine.gate import SkipReason
+from contextfold_server.engine.gate import Gate, Skipped, SkipReason, admit
 from contextfold_server.engine.injection import InjectionRequest, ProviderSpec, inject
 from contextfold_server.engine.memory import MemoryRequest, SearchQuery, SearchResult
 from contextfold_server.engine.query import adaptive_query
 from contextfold_server.engine.trigger import Trigger, should_inject
+from contextfold_server.tokens import count_tokens
 
 USER, ASSISTANT = Role.USER, Role.ASSISTANT
 
@@ -93,12 +95,14 @@ class NoCustomizations:
         raise AssertionError("no template was given")
 
 
-async def count_words(text: str) -> int:
-    return len(text.split())
+async def tokens(text: str) -> int:
+    return count_tokens(text)
 
 
-def run(turns, search, request: InjectionRequest | None = None, provide=no_providers):
-    return asyncio.run(inject(turns, request or InjectionRequest(), search, provide, count_words, NoCustomizations()))
+def run(turns, search, request: InjectionRequest | None = None, provide=no_providers, customizer=None):
+    return asyncio.run(
+        inject(turns, request or InjectionRequest(), search, provide, tokens, customizer or NoCustomizations())
+    )
 
 
 def test_a_failing_search_skips_with_the_reason_and_no_fold() -> None:
@@ -139,3 +143,275 @@ def test_a_coalesced_block_counts_for_dedup_of_every_source_it_holds() -> None:
     turns = [Turn(USER, ("first",), injected=(coalesced,)), Turn(ASSISTANT, ("ok",)), Turn(USER, ("again",))]
     outcome = run(turns, search)
     assert outcome.memory.skip_reason is SkipReason.NO_ENTRIES
+
+
+# The gate: one decision, for memory and providers alike
+
+
+class Triggers:
+    """A customizer whose trigger expressions return what `fires` says, recording each it ran."""
+
+    def __init__(self, fires: bool) -> None:
+        self.fires = fires
+        self.ran: list[str] = []
+
+    async def trigger(self, expression: str) -> bool:
+        self.ran.append(expression)
+        return self.fires
+
+    async def query(self, expression: str) -> str:
+        raise AssertionError("no query expression was given")
+
+    async def render(self, template: str, entries) -> str:
+        raise AssertionError("no template was given")
+
+
+def gate(turns, gate: Gate, target: int | None = None, customizer=None) -> tuple[SkipReason, str] | None:
+    target = fold_target(turns) if target is None else target
+    try:
+        asyncio.run(admit(gate, turns, target, customizer or NoCustomizations()))
+    except Skipped as skipped:
+        return skipped.reason, skipped.detail
+    return None
+
+
+TOOL_TURN = [Turn(USER, ("go",)), Turn(ASSISTANT, ()), Turn(USER, (), has_tool_result=True)]
+
+
+def test_the_gate_lets_a_source_through_only_when_on_triggered_and_not_yet_injected() -> None:
+    ask = [Turn(USER, ("ask",))]
+    assert gate(ask, Gate("clock")) is None
+    assert gate(ask, Gate("clock", off="it is disabled")) == (SkipReason.DISABLED, "it is disabled")
+    assert gate(TOOL_TURN, Gate("clock")) == (SkipReason.NOT_TRIGGERED, "the last message is not a fresh user ask")
+    assert gate(TOOL_TURN, Gate("clock", Trigger.EVERY_TURN)) is None
+    assert gate([Turn(ASSISTANT, ("step",))], Gate("clock", Trigger.EVERY_TURN)) == (
+        SkipReason.NO_USER_MESSAGE,
+        "the conversation has no user message to fold into",
+    )
+    shown = [Turn(USER, ("ask",), injected=(InjectedRef("clock", ()),))]
+    assert gate(shown, Gate("clock")) == (SkipReason.ALREADY_INJECTED, "message 0 already carries its block")
+    assert gate(shown, Gate("sandbox")) is None, "only the source's own block counts"
+
+
+def test_a_trigger_expression_replaces_the_named_trigger_and_runs_only_when_the_source_is_on() -> None:
+    fires, stays_quiet = Triggers(True), Triggers(False)
+    assert gate(TOOL_TURN, Gate("clock", trigger_expression="x"), customizer=fires) is None
+    assert gate([Turn(USER, ("ask",))], Gate("clock", trigger_expression="x"), customizer=stays_quiet) == (
+        SkipReason.NOT_TRIGGERED,
+        "its trigger expression returned false",
+    )
+    off = Triggers(True)
+    assert gate([Turn(USER, ("ask",))], Gate("clock", trigger_expression="x", off="off"), customizer=off)[0] is (
+        SkipReason.DISABLED
+    )
+    assert off.ran == [], "a source that is off costs no expression"
+
+
+def test_memory_and_providers_pass_the_same_gate_in_one_call() -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult([RetrievedEntry("m1", "s", "fact", 0.9)])
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        return f"<{spec.name}/>"
+
+    providers = (
+        ProviderSpec("every", Trigger.EVERY_TURN, order=1),
+        ProviderSpec("user", order=2),
+        ProviderSpec("off", Trigger.EVERY_TURN, order=3, enabled=False),
+    )
+    outcome = run(TOOL_TURN, search, InjectionRequest(providers=providers), provide)
+    reasons = {source.source: source.skip_reason for source in outcome.sources}
+    assert reasons == {
+        "memory": SkipReason.NOT_TRIGGERED,
+        "every": None,
+        "user": SkipReason.NOT_TRIGGERED,
+        "off": SkipReason.DISABLED,
+    }
+    assert [(block.source, block.text) for block in outcome.blocks] == [("every", "<every/>")]
+    assert outcome.target_index == 2
+
+    retried = [*TOOL_TURN[:2], Turn(USER, (), True, (InjectedRef("every", ()),))]
+    again = run(retried, search, InjectionRequest(providers=providers), provide)
+    assert again.blocks == []
+    assert again.sources[1].skip_reason is SkipReason.ALREADY_INJECTED
+
+
+def test_memory_off_is_disabled_and_asks_nothing() -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        raise AssertionError("memory is off")
+
+    outcome = run([Turn(USER, ("q",))], search, InjectionRequest(memory=MemoryRequest(max_entries=0)))
+    assert (outcome.memory.skip_reason, outcome.memory.detail) == (SkipReason.DISABLED, "memory.max_entries is 0")
+
+
+def test_a_source_given_no_time_is_not_asked() -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        raise AssertionError("no time was left to search")
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        raise AssertionError("no time was left to ask")
+
+    request = InjectionRequest(providers=(ProviderSpec("clock"),), time_left=0.0)
+    outcome = run([Turn(USER, ("q",))], search, request, provide)
+    assert {(s.source, s.skip_reason, s.detail) for s in outcome.sources} == {
+        ("memory", SkipReason.TIMEOUT, "no time was left before the caller's deadline"),
+        ("clock", SkipReason.TIMEOUT, "no time was left before the caller's deadline"),
+    }
+
+
+def test_a_slow_provider_is_left_out_at_its_timeout_and_the_rest_fold() -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult([RetrievedEntry("m1", "s", "fact", 0.9)])
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        if spec.name == "slow":
+            await asyncio.Event().wait()
+        return "<fast/>"
+
+    providers = (ProviderSpec("slow", timeout=0.05, order=1), ProviderSpec("fast", order=2))
+    outcome = run([Turn(USER, ("q",))], search, InjectionRequest(providers=providers), provide)
+    slow = outcome.sources[1]
+    assert (slow.source, slow.skip_reason, slow.detail) == ("slow", SkipReason.TIMEOUT, "no answer within 0.050s")
+    assert [block.source for block in outcome.blocks] == ["memory", "fast"]
+
+
+# The region: order and budget, exactly
+
+MEMORY_3 = (
+    "<memory>\n"
+    '<entry source="kb">alpha fact</entry>\n'
+    '<entry source="kb">beta fact</entry>\n'
+    '<entry source="kb">gamma fact</entry>\n'
+    "</memory>"
+)
+MEMORY_2 = '<memory>\n<entry source="kb">alpha fact</entry>\n<entry source="kb">beta fact</entry>\n</memory>'
+MEMORY_1 = '<memory>\n<entry source="kb">alpha fact</entry>\n</memory>'
+HI, TIE, LO, CAPPED = "<hi/>", "<tie/>", "<lo/>", "<capped/>"
+
+
+def sep(text: str) -> str:
+    return "\n\n" + text
+
+
+def n(text: str) -> int:
+    return count_tokens(text)
+
+
+REGION_CASES = [
+    (
+        "by priority, memory first on a tie",
+        {},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_3)), ("tie", sep(TIE)), ("lo", sep(LO))],
+    ),
+    (
+        "coalesced into one block",
+        {"coalesce": True},
+        [("coalesced", sep("\n\n".join([HI, MEMORY_3, TIE, LO])))],
+    ),
+    (
+        "over the request budget the lowest priority goes first",
+        {"max_tokens": n(sep(HI)) + n(sep(MEMORY_3)) + n(sep(TIE))},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_3)), ("tie", sep(TIE))],
+    ),
+    (
+        "then memory yields its lowest-ranked entries, whole",
+        {"max_tokens": n(sep(HI)) + n(sep(MEMORY_2)) + 1},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_2))],
+    ),
+    (
+        "memory with a higher priority is cut last",
+        {"memory_priority": 10, "max_tokens": n(sep(MEMORY_3)) + n(sep(HI))},
+        [("memory", sep(MEMORY_3)), ("hi", sep(HI))],
+    ),
+    (
+        "memory's own cap keeps its best entries",
+        {"memory_max_tokens": n(MEMORY_1)},
+        [("hi", sep(HI)), ("memory", sep(MEMORY_1)), ("tie", sep(TIE)), ("lo", sep(LO))],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "options", "expected"), REGION_CASES, ids=[case[0] for case in REGION_CASES])
+def test_order_and_budget_fold_exactly(case, options, expected) -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult(
+            [
+                RetrievedEntry(f"m{i}", "kb", text, 0.9 - i / 10)
+                for i, text in enumerate(["alpha fact", "beta fact", "gamma fact"])
+            ]
+        )
+
+    texts = {"hi": HI, "tie": TIE, "lo": LO, "capped": CAPPED}
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        return texts[spec.name]
+
+    providers = (
+        ProviderSpec("lo", priority=-5, order=1),
+        ProviderSpec("tie", order=2),
+        ProviderSpec("hi", priority=5, order=3),
+        ProviderSpec("capped", priority=9, order=4, max_tokens=n(CAPPED) - 1),
+    )
+    memory = MemoryRequest(priority=options.get("memory_priority", 0), max_tokens=options.get("memory_max_tokens", 0))
+    request = InjectionRequest(
+        memory=memory,
+        providers=providers,
+        max_tokens=options.get("max_tokens", 0),
+        coalesce=options.get("coalesce", False),
+    )
+
+    outcome = run([Turn(USER, ("question",))], search, request, provide)
+
+    assert [(block.source, block.text) for block in outcome.blocks] == expected
+    reasons = {source.source: (source.skip_reason, source.detail) for source in outcome.sources}
+    assert reasons["capped"] == (SkipReason.OVER_BUDGET, f"its text is over its own cap of {n(CAPPED) - 1} tokens")
+    kept = {"hi", "memory", "tie", "lo"} if options.get("coalesce") else {source for source, _ in expected}
+    for name in ("hi", "tie", "lo"):
+        assert reasons[name][0] is (None if name in kept else SkipReason.OVER_BUDGET)
+    assert outcome.total_tokens == sum(n(block.text) for block in outcome.blocks)
+    assert "max_tokens" not in options or outcome.total_tokens <= options["max_tokens"]
+    folded = [source for source in outcome.sources if source.injected]
+    assert all(source.tokens > 0 for source in folded)
+
+
+def test_a_provider_whose_text_is_blank_or_whose_rendering_fails_is_left_out_alone() -> None:
+    class BrokenTemplate(NoCustomizations):
+        async def render(self, template: str, entries) -> str:
+            raise ValueError("no such filter")
+
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult([RetrievedEntry("m1", "s", "fact", 0.9)])
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        return {"blank": "  \n ", "clock": "<now/>"}[spec.name]
+
+    request = InjectionRequest(
+        memory=MemoryRequest(format_template="{{ entries | nope }}"),
+        providers=(ProviderSpec("blank", order=1), ProviderSpec("clock", order=2)),
+    )
+    outcome = run([Turn(USER, ("q",))], search, request, provide, BrokenTemplate())
+    reasons = {source.source: (source.skip_reason, source.detail) for source in outcome.sources}
+    assert reasons == {
+        "memory": (SkipReason.FAILED, "ValueError: no such filter"),
+        "blank": (SkipReason.EMPTY_TEXT, "the provider returned no text"),
+        "clock": (None, ""),
+    }
+    assert [(block.source, block.text) for block in outcome.blocks] == [("clock", "\n\n<now/>")]
+
+
+def test_with_no_text_in_the_target_the_first_block_has_no_separator_and_the_next_ones_do() -> None:
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult([RetrievedEntry("m1", "s", "fact", 0.9)])
+
+    async def provide(spec: ProviderSpec, timeout: float) -> str:
+        return "<now/>"
+
+    request = InjectionRequest(
+        memory=MemoryRequest(trigger=Trigger.EVERY_TURN, query="q"),
+        providers=(ProviderSpec("clock", Trigger.EVERY_TURN),),
+    )
+    outcome = run(TOOL_TURN, search, request, provide)
+    assert [block.text for block in outcome.blocks] == [
+        '<memory>\n<entry source="s">fact</entry>\n</memory>',
+        "\n\n<now/>",
+    ]

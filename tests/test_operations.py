@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 from .certs import make_certificates
 from .conftest import unique, user
 from .fake_otlp_collector import FakeCollector
+from .polling import wait_for
 from .servers import ROOT, SERVE, Postgres, ServerProcess, health_status, provider_fixtures, start_server
 
 LISTENING = re.compile(r"listening on [^:]+:(\d+)")
@@ -141,10 +141,12 @@ def test_metrics_show_calls_stages_providers_and_the_pool(ops: ServerProcess, cf
 
     # A failed call's status reaches the caller a moment before its metrics are recorded.
     search = "/contextfold.v1.MemoryService/SearchMemories"
-    deadline = time.monotonic() + 10
-    while f'code="INVALID_ARGUMENT",method="{search}"' not in (metrics := scrape(ops)):
-        assert time.monotonic() < deadline, metrics
-        time.sleep(0.1)
+
+    def with_the_refusal() -> str:
+        text = scrape(ops)
+        return text if f'code="INVALID_ARGUMENT",method="{search}"' in text else ""
+
+    metrics = wait_for(with_the_refusal, 10, what="the refused search in the metrics")
 
     inject = "/contextfold.v1.InjectionService/Inject"
     assert sample(metrics, "contextfold_calls_total", method=inject, code="OK") >= 3
@@ -183,14 +185,13 @@ def test_traces_join_the_callers_trace_and_reach_the_providers(
     seen = re.fullmatch(r"(?:\n\n)?00-([0-9a-f]{32})-([0-9a-f]{16})-01", block.text)
     assert seen and seen.group(1) == trace_id, block.text
 
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def exported() -> dict:
         spans = {span.name: span for span in collector.spans if span.trace_id == trace_id}
-        if {"contextfold.v1.InjectionService/Inject", "contextfold.embed", "contextfold.search"} <= set(spans) and any(
-            n.startswith("contextfold.provider ") for n in spans
-        ):
-            break
-        time.sleep(0.1)
+        wanted = {"contextfold.v1.InjectionService/Inject", "contextfold.embed", "contextfold.search"}
+        provided = any(n.startswith("contextfold.provider ") for n in spans)
+        return spans if wanted <= set(spans) and provided else {}
+
+    spans = wait_for(exported, 10, what="the call's spans at the collector")
     server = spans["contextfold.v1.InjectionService/Inject"]
     assert server.parent_span_id == parent_id
     assert server.kind == 2  # SERVER
@@ -218,8 +219,12 @@ def test_one_json_log_line_per_call_with_a_request_id_and_no_bodies(ops: ServerP
         _, generated = stub.Inject.with_call(injection_pb2.InjectRequest(), timeout=30)
         new_id = dict(generated.initial_metadata())["x-request-id"]
 
-    time.sleep(0.2)
-    lines = [json.loads(line) for line in ops.log().splitlines() if line.startswith("{")]
+    def logged_lines() -> list[dict]:
+        lines = [json.loads(line) for line in ops.log().splitlines() if line.startswith("{")]
+        ids = {line.get("request_id") for line in lines}
+        return lines if {"req-ops-1", new_id} <= ids else []
+
+    lines = wait_for(logged_lines, 10, what="both calls' log lines")
     (logged,) = [line for line in lines if line.get("request_id") == "req-ops-1"]
     assert logged["message"] == "call"
     assert logged["method"] == "/contextfold.v1.InjectionService/Inject"
@@ -248,11 +253,11 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
             "--port",
             "0",
             "--admin-port",
-            "-1",
+            "0",
             "--database-url",
             database.url,
             "--drain-seconds",
-            "1.5",
+            "3",
             "--grace-seconds",
             "10",
         ],
@@ -262,25 +267,20 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (listening := LISTENING.search(log.read_text())) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        listening = wait_for(lambda: LISTENING.search(log.read_text()), 60, what="the server to listen")
         address = f"127.0.0.1:{listening.group(1)}"
 
         # Up, but not ready: health says so, and calls are refused with the reason.
         assert health_status(address) == "NOT_SERVING"
         with Client(address, timeout=10) as early, pytest.raises(Unavailable) as refused:
             list(early.list_stores())
-        assert refused.value.details[0].reason == "STARTING"
-        time.sleep(2)
+        assert refused.value.reason == "STARTING"
+        wait_for(lambda: "the database is not reachable" in log.read_text(), 30, what="the server to find no database")
         assert health_status(address) == "NOT_SERVING"
-        assert "the database is not reachable" in log.read_text()
 
         database.restart()
-        deadline = time.monotonic() + 120
-        while health_status(address) != "SERVING":
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_for(lambda: health_status(address) == "SERVING", 120, what="SERVING once the database is back")
+        server = ServerProcess(process, address, log)
 
         with Client(address, timeout=30) as cf:
             slow = unique("slow")
@@ -288,12 +288,12 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
             says = {"texts": {slow: "<finished/>"}, "delays": {slow: 2.5}}
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 in_flight = pool.submit(cf.inject, [user("hi")], max_entries=0, providers=[slow], app_state=says)
-                time.sleep(0.5)
+                wait_for(lambda: sample(scrape(server), "contextfold_calls_in_flight") >= 1, 10, what="the call")
                 process.send_signal(signal.SIGTERM)
-                time.sleep(0.5)
                 # Draining: health flips at once, and calls are still served.
-                assert health_status(address) == "NOT_SERVING"
-                assert isinstance(list(cf.list_stores()), list)
+                wait_for(lambda: health_status(address) == "NOT_SERVING", 1.0, what="NOT_SERVING at once")
+                cf.create_store("written-while-draining")
+                assert [store.name for store in cf.list_stores()] == ["written-while-draining"]
                 result = in_flight.result(timeout=30)
             assert "<finished/>" in json.dumps(result.messages)
 
@@ -328,7 +328,8 @@ def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
     server = start_server(tmp_path / "server.log", "--database-url", database.url, *tls, credentials=trusted)
     try:
         with Client(server.address, credentials=trusted, timeout=30) as cf:
-            assert isinstance(list(cf.list_stores()), list)
+            assert cf.create_store("over-tls").name == "over-tls"
+            assert [store.name for store in cf.list_stores()] == ["over-tls"]
         with Client(server.address, timeout=5) as plaintext, pytest.raises(Unavailable):
             list(plaintext.list_stores())
         if mutual:

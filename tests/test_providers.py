@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, Unavai
 from contextfold.v1 import injection_pb2
 
 from .conftest import assistant, user
+from .polling import wait_for
 from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,66 +272,21 @@ def _served_port(process: subprocess.Popen) -> int:
     """The examples log their port on start-up; they run with logging on stderr, so ask the OS."""
     import psutil
 
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        listening = [c.laddr.port for c in psutil.Process(process.pid).net_connections() if c.status == "LISTEN"]
-        if listening:
-            return listening[0]
-        time.sleep(0.1)
-    raise RuntimeError("the example provider did not start")
+    def listening() -> list[int]:
+        return [c.laddr.port for c in psutil.Process(process.pid).net_connections() if c.status == "LISTEN"]
+
+    return wait_for(listening, 20, what="the example provider to listen")[0]
 
 
-# Order and budget: the exact folded output
+# Order and budget over the wire (each rule has its own case in test_engine.py)
 
 
-MEMORY_3 = (
-    "<memory>\n"
-    '<entry source="kb">alpha fact</entry>\n'
-    '<entry source="kb">beta fact</entry>\n'
-    '<entry source="kb">gamma fact</entry>\n'
-    "</memory>"
-)
 MEMORY_2 = '<memory>\n<entry source="kb">alpha fact</entry>\n<entry source="kb">beta fact</entry>\n</memory>'
-MEMORY_1 = '<memory>\n<entry source="kb">alpha fact</entry>\n</memory>'
-HI, TIE, LO = "<hi/>", "<tie/>", "<lo/>"
+HI = "<hi/>"
 
 
 def sep(text: str) -> str:
     return "\n\n" + text
-
-
-BUDGET_CASES = [
-    (
-        "by priority, memory first on a tie",
-        {},
-        [("hi", sep(HI)), ("memory", sep(MEMORY_3)), ("tie", sep(TIE)), ("lo", sep(LO))],
-    ),
-    (
-        "coalesced into one block",
-        {"coalesce": True},
-        [("coalesced", sep("\n\n".join([HI, MEMORY_3, TIE, LO])))],
-    ),
-    (
-        "over the request budget the lowest priority goes first",
-        {"max_tokens": tokens(sep(HI)) + tokens(sep(MEMORY_3)) + tokens(sep(TIE))},
-        [("hi", sep(HI)), ("memory", sep(MEMORY_3)), ("tie", sep(TIE))],
-    ),
-    (
-        "then memory yields its lowest-ranked entries, whole",
-        {"max_tokens": tokens(sep(HI)) + tokens(sep(MEMORY_2)) + 1},
-        [("hi", sep(HI)), ("memory", sep(MEMORY_2))],
-    ),
-    (
-        "memory with a higher priority is cut last",
-        {"memory_priority": 10, "max_tokens": tokens(sep(MEMORY_3)) + tokens(sep(HI))},
-        [("memory", sep(MEMORY_3)), ("hi", sep(HI))],
-    ),
-    (
-        "memory's own cap keeps its best entries",
-        {"memory_max_tokens": tokens(MEMORY_1)},
-        [("hi", sep(HI)), ("memory", sep(MEMORY_1)), ("tie", sep(TIE)), ("lo", sep(LO))],
-    ),
-]
 
 
 @pytest.fixture
@@ -342,9 +297,9 @@ def budget_setup(cf: Client, register, ports) -> dict:
     cf.add_memories(
         store,
         [
-            {"content": "alpha fact", "vector": [1.0, 0.0, 0.0]},
-            {"content": "beta fact", "vector": [0.9, 0.1, 0.0]},
-            {"content": "gamma fact", "vector": [0.5, 0.5, 0.0]},
+            {"id": "alpha", "content": "alpha fact", "vector": [1.0, 0.0, 0.0]},
+            {"id": "beta", "content": "beta fact", "vector": [0.9, 0.1, 0.0]},
+            {"id": "gamma", "content": "gamma fact", "vector": [0.5, 0.5, 0.0]},
         ],
     )
     local = f"127.0.0.1:{ports['scripted']}"
@@ -355,28 +310,24 @@ def budget_setup(cf: Client, register, ports) -> dict:
     yield {
         "stores": [store],
         "query_vector": [1.0, 0.0, 0.0],
-        "app_state": {"texts": {"hi": HI, "tie": TIE, "lo": LO, "capped": "<capped/>"}},
+        "app_state": {"texts": {"hi": HI, "tie": "<tie/>", "lo": "<lo/>", "capped": "<capped/>"}},
     }
     cf.delete_store(store, force=True)
 
 
-@pytest.mark.parametrize(("case", "options", "expected"), BUDGET_CASES, ids=[case[0] for case in BUDGET_CASES])
-def test_order_and_budget_fold_exactly(cf: Client, budget_setup: dict, case, options, expected) -> None:
-    result = cf.inject([user("question")], **budget_setup, **options)
-    assert injected_blocks(result) == expected
+def test_order_and_budget_fold_exactly_over_the_wire(cf: Client, budget_setup: dict) -> None:
+    budget = tokens(sep(HI)) + tokens(sep(MEMORY_2)) + 1
+    result = cf.inject([user("question")], max_tokens=budget, **budget_setup)
 
+    assert injected_blocks(result) == [("hi", sep(HI)), ("memory", sep(MEMORY_2))]
     outcome = sources(result)
     assert outcome["capped"] == (
         SKIP.SKIP_REASON_OVER_BUDGET,
         f"its text is over its own cap of {tokens('<capped/>') - 1} tokens",
     )
-    kept = {source for source, _ in expected} if not options.get("coalesce") else {"hi", "memory", "tie", "lo"}
-    for name in ("hi", "tie", "lo"):
-        assert (outcome[name][0] == SKIP.SKIP_REASON_UNSPECIFIED) == (name in kept)
-        if name not in kept:
-            assert outcome[name][0] == SKIP.SKIP_REASON_OVER_BUDGET
-    assert result.report.total_tokens == sum(tokens(text) for _, text in injected_blocks(result))
-    assert "max_tokens" not in options or result.report.total_tokens <= options["max_tokens"]
+    assert outcome["tie"][0] == outcome["lo"][0] == SKIP.SKIP_REASON_OVER_BUDGET
+    assert [entry.id for entry in result.report.entries] == ["alpha", "beta"]
+    assert result.report.total_tokens == sum(tokens(text) for _, text in injected_blocks(result)) <= budget
 
 
 def test_a_coalesced_block_names_its_sources_and_dedups_later_turns(cf: Client, budget_setup: dict) -> None:
@@ -399,28 +350,29 @@ def test_two_replicas_on_one_database_see_each_others_registrations_within_a_sec
     try:
         with Client(first.address) as via_first, Client(second.address) as via_second:
             via_first.register_provider("shared", f"127.0.0.1:{ports['scripted']}")
-            seen = _within_a_second(
-                lambda: injected_blocks(via_second.inject([user("go")], max_entries=0, app_state=app_state))
+            wait_for(
+                lambda: (
+                    injected_blocks(via_second.inject([user("go")], max_entries=0, app_state=app_state))
+                    == [("shared", "\n\n<shared/>")]
+                ),
+                1.0,
+                what="the second replica to fold the provider the first registered",
             )
-            assert seen == [("shared", "\n\n<shared/>")]
 
             via_first.delete_provider("shared")
-            gone = _within_a_second(
-                lambda: "shared" not in sources(via_second.inject([user("go")], max_entries=0, app_state=app_state))
+            wait_for(
+                lambda: "shared" not in sources(via_second.inject([user("go")], max_entries=0, app_state=app_state)),
+                1.0,
+                what="the second replica to forget the provider the first deleted",
             )
-            assert gone
+            via_second.register_provider("kept", "127.0.0.1:1")
         assert first.stop() == 0
+        assert second.stop() == 0
 
-        third = start_server(tmp_path / "third.log", "--database-url", database.url)
-        try:
-            with Client(third.address) as via_third:
-                via_third.register_provider("kept", "127.0.0.1:1")
-            restarted = start_server(tmp_path / "restarted.log", "--database-url", database.url)
-            with Client(restarted.address) as via_restarted:
-                assert [p.name for p in via_restarted.list_providers()] == ["kept"], "a restart forgets nothing"
-            assert restarted.stop() == 0
-        finally:
-            assert third.stop() == 0
+        restarted = start_server(tmp_path / "restarted.log", "--database-url", database.url)
+        with Client(restarted.address) as via_restarted:
+            assert [p.name for p in via_restarted.list_providers()] == ["kept"], "a restart forgets nothing"
+        assert restarted.stop() == 0
     finally:
         first.stop()
         second.stop()
@@ -436,7 +388,7 @@ def test_providers_answer_while_the_database_is_down_and_registrations_flow_agai
     try:
         with Client(first.address, timeout=30) as via_first, Client(second.address, timeout=30) as via_second:
             via_first.register_provider("steady", scripted)
-            assert _within_a_second(lambda: "steady" in sources(via_second.inject([user("go")], app_state=app_state)))
+            wait_for(lambda: "steady" in sources(via_second.inject([user("go")], app_state=app_state)), 1.0)
 
             database.kill()
             # The registrations are cached on every replica: only memory needs the database.
@@ -446,44 +398,25 @@ def test_providers_answer_while_the_database_is_down_and_registrations_flow_agai
             assert "database unavailable" in sources(outage)["memory"][1]
 
             database.restart()
-            _eventually(lambda: via_first.register_provider("later", scripted), seconds=15)
+            wait_for(
+                lambda: via_first.register_provider("later", scripted),
+                15,
+                what="the first replica to write again",
+                retrying=(Unavailable,),
+            )
             # Each replica's listener reconnects, reloads everything, and listens again.
-            assert _within(
-                5.0,
+            wait_for(
                 lambda: (
                     [s for s, _ in injected_blocks(via_second.inject([user("go")], app_state=app_state))]
                     == ["steady", "later"]
                 ),
+                5.0,
+                what="the second replica to fold the provider registered after the outage",
             )
     finally:
         assert first.stop() == 0, first.log()
         assert second.stop() == 0, second.log()
         database.cleanup()
-
-
-def _eventually(action, seconds: float):
-    """`action`'s result, retrying while the service is still reconnecting."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return action()
-        except Unavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def _within_a_second(check):
-    return _within(1.0, check)
-
-
-def _within(seconds: float, check):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 # A provider in another language

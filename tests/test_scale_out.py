@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from contextfold import Client
 
 from .conftest import unique, user
+from .polling import wait_for
 from .servers import Postgres, ServerProcess, start_server
 
 
@@ -100,15 +100,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert nginx.poll() is None, nginx.stderr.read()
-            assert time.monotonic() < deadline, "nginx did not start"
-            time.sleep(0.1)
+
+    def accepting() -> bool:
+        assert nginx.poll() is None, nginx.stderr.read()
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+
+    wait_for(accepting, 30, what="nginx to accept connections", retrying=(OSError,))
     yield {"address": f"127.0.0.1:{port}", "replicas": replicas, "nginx_root": nginx_root}
     nginx.terminate()
     nginx.wait(10)
@@ -157,11 +155,11 @@ def test_a_replica_stopped_under_load_fails_no_call(cluster: dict) -> None:
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             running = [pool.submit(agent) for _ in range(8)]
-            time.sleep(2)
+            wait_for(lambda: served >= 40, 60, what="the load to be under way")
             stopped_at = served
             first.process.send_signal(15)  # SIGTERM, as Kubernetes sends it
             assert first.process.wait(30) == 0, first.log()
-            time.sleep(2)
+            wait_for(lambda: served >= stopped_at + 40, 60, what="the survivor to carry the load")
             stop.set()
             for future in running:
                 future.result()

@@ -17,6 +17,7 @@ from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, Postgres
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.pool import Database
 
+from .polling import wait_for
 from .servers import Postgres
 
 DIMENSION = 8
@@ -37,22 +38,22 @@ def exact_top(vectors: np.ndarray, query: np.ndarray, limit: int) -> list[int]:
     return [int(i) for i in np.argsort(-similarity)[:limit]]
 
 
-async def index_scans(url: str, *indexes: str) -> dict[str, int]:
+def index_scans(url: str, *indexes: str) -> dict[str, int]:
     """How often each index was scanned. Backends report their counts when they end,
-    a moment after the pool closes them, so wait for the counts to settle."""
-    scans: dict[str, int] = {}
-    for _ in range(50):
+    a moment after the pool closes them, so wait until two readings agree."""
+    readings: list[dict[str, int]] = []
+
+    def settled() -> dict[str, int]:
         with psycopg.connect(url, autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes WHERE indexrelname = ANY(%s)",
                 (list(indexes),),
             ).fetchall()
-        settled = {name: count for name, count in rows}
-        if settled == scans and any(settled.values()):
-            return settled
-        scans = settled
-        await asyncio.sleep(0.2)
-    return scans
+        readings.append({name: count for name, count in rows})
+        agreed = len(readings) > 1 and readings[-1] == readings[-2] and any(readings[-1].values())
+        return readings[-1] if agreed else {}
+
+    return wait_for(settled, 10, what="the index counts to settle", interval=0.2)
 
 
 def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Postgres) -> None:
@@ -93,7 +94,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
                 ]
         finally:
             await database.close()
-        return found, await index_scans(postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")
+        return found, index_scans(postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")
 
     found, scans = asyncio.run(run())
 

@@ -1,0 +1,35 @@
+"""The one way the tests wait: for a condition, never for a guessed length of time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(
+    check: Callable[[], T],
+    timeout: float,
+    *,
+    what: str = "the condition",
+    retrying: tuple[type[BaseException], ...] = (),
+    interval: float = 0.05,
+) -> T:
+    """`check()`'s first truthy value, asked every `interval` seconds for up to `timeout`.
+
+    An exception of a type in `retrying` counts as not yet. When time runs out, fails
+    the test, naming `what` it waited for and the last value (or error) it saw.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            last: object = check()
+            if last:
+                return last  # type: ignore[return-value]
+        except retrying as error:
+            last = error
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"waited {timeout}s for {what}; last saw {last!r}")
+        time.sleep(interval)
