@@ -59,3 +59,20 @@ def test_errors_print_the_status_and_field_and_exit_1(server) -> None:
     assert bad.returncode == 1
     assert "INVALID_ARGUMENT" in bad.stderr and "  store.name: must be 1 to 63" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_serve_and_keys_are_found_through_the_entry_points_the_server_registers() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "serve", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: contextfold serve")
+    assert "$CONTEXTFOLD_MAX_IN_FLIGHT" in shown.stdout
+
+
+def test_without_the_server_its_commands_say_how_to_install_it(monkeypatch, capsys) -> None:
+    from contextfold import cli
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    assert cli.main(["keys", "list"]) == 1
+    assert "pip install contextfold-server" in capsys.readouterr().err

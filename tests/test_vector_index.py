@@ -13,6 +13,7 @@ import asyncio
 import numpy as np
 import psycopg
 import pytest
+from contextfold_server.engine.memory import SearchQuery
 from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.pool import Database
@@ -88,10 +89,11 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
                 conn.execute("ANALYZE contextfold.memories")
             found: dict[str, list[list[str]]] = {}
             for user in ("needle", "hay"):
-                found[user] = [
-                    [r.memory.id for r in (await store.search("default", q.tolist(), ["vectors"], Scope(user), 10))[1]]
-                    for q in queries
-                ]
+                found[user] = []
+                for q in queries:
+                    query = SearchQuery("", tuple(q.tolist()), ("vectors",), 10, None, frozenset())
+                    _, results = await store.search("default", Scope(user), query)
+                    found[user].append([r.memory.id for r in results])
         finally:
             await database.close()
         return found, index_scans(postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")

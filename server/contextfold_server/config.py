@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
@@ -43,94 +45,71 @@ class Config:
     cache_reload_seconds: float
 
 
+class _Options:
+    """Adds options whose defaults come from `CONTEXTFOLD_<OPTION>` when that is set (`--max-in-flight`:
+    CONTEXTFOLD_MAX_IN_FLIGHT), so a container is configured by its environment alone."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self._parser = parser
+
+    def add(
+        self, flag: str, kind: Callable[[str], Any] = str, default: Any = None, help: str = "", **extra: Any
+    ) -> None:
+        variable = "CONTEXTFOLD_" + flag.removeprefix("--").replace("-", "_").upper()
+        value = os.environ.get(variable)
+        self._parser.add_argument(
+            flag, type=kind, default=kind(value) if value else default, help=f"{help} (${variable})".lstrip(), **extra
+        )
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
-    env = os.environ.get
     parser = argparse.ArgumentParser(prog="contextfold serve", description="Run the contextfold gRPC server.")
-    parser.add_argument("--host", default=env("CONTEXTFOLD_HOST", "localhost"), help="address to listen on")
-    parser.add_argument("--port", type=int, default=int(env("CONTEXTFOLD_PORT", "50051")), help="0 picks a free port")
-    parser.add_argument(
-        "--database-url",
-        default=env("CONTEXTFOLD_DATABASE_URL", ""),
-        help="a Postgres with pgvector; without one, an embedded Postgres is started",
-    )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(env("CONTEXTFOLD_DATA_DIR", str(default_data_dir()))),
-        help="where the embedded Postgres keeps its data",
-    )
-    parser.add_argument("--embedder", choices=["local", "openai"], default=env("CONTEXTFOLD_EMBEDDER", "local"))
-    parser.add_argument("--openai-base-url", default=env("CONTEXTFOLD_OPENAI_BASE_URL", "https://api.openai.com/v1"))
-    parser.add_argument("--openai-model", default=env("CONTEXTFOLD_OPENAI_MODEL", "text-embedding-3-small"))
-    parser.add_argument("--grace-seconds", type=float, default=float(env("CONTEXTFOLD_GRACE_SECONDS", "10")))
-    parser.add_argument(
-        "--sandbox-workers",
-        type=int,
-        default=int(env("CONTEXTFOLD_SANDBOX_WORKERS", "2")),
-        help="processes that run callers' expressions and templates",
-    )
-    parser.add_argument(
+    option = _Options(parser).add
+    option("--host", default="localhost", help="address to listen on")
+    option("--port", int, 50051, help="0 picks a free port")
+    option("--database-url", default="", help="a Postgres with pgvector; without one, an embedded Postgres is started")
+    option("--data-dir", Path, default_data_dir(), help="where the embedded Postgres keeps its data")
+    option("--embedder", default="local", choices=["local", "openai"])
+    option("--openai-base-url", default="https://api.openai.com/v1")
+    option("--openai-model", default="text-embedding-3-small")
+    option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
+    option("--sandbox-workers", int, 2, help="processes that run callers' expressions and templates")
+    option(
         "--sandbox-time-limit-ms",
-        type=int,
-        default=int(env("CONTEXTFOLD_SANDBOX_TIME_LIMIT_MS", "250")),
+        int,
+        250,
         help="how long one expression or template may run before its worker is replaced",
     )
-    parser.add_argument("--log-level", default=env("CONTEXTFOLD_LOG_LEVEL", "INFO"))
-    parser.add_argument(
-        "--log-format",
-        choices=["json", "text"],
-        default=env("CONTEXTFOLD_LOG_FORMAT", "json"),
-        help="json: one object per line, one line per call",
+    option("--log-level", default="INFO")
+    option(
+        "--log-format", default="json", choices=["json", "text"], help="json: one object per line, one line per call"
     )
-    parser.add_argument(
+    option(
         "--drain-seconds",
-        type=float,
-        default=float(env("CONTEXTFOLD_DRAIN_SECONDS", "0")),
+        float,
+        0.0,
         help="on SIGTERM, keep serving this long with health NOT_SERVING before refusing new calls",
     )
-    parser.add_argument("--admin-host", default=env("CONTEXTFOLD_ADMIN_HOST", "localhost"))
-    parser.add_argument(
-        "--admin-port",
-        type=int,
-        default=int(env("CONTEXTFOLD_ADMIN_PORT", "9464")),
-        help="serves Prometheus metrics at /metrics; 0 picks a free port, -1 turns it off",
+    option("--admin-host", default="localhost")
+    option(
+        "--admin-port", int, 9464, help="serves Prometheus metrics at /metrics; 0 picks a free port, -1 turns it off"
     )
-    parser.add_argument("--tls-cert-file", type=Path, default=env("CONTEXTFOLD_TLS_CERT_FILE") or None)
-    parser.add_argument("--tls-key-file", type=Path, default=env("CONTEXTFOLD_TLS_KEY_FILE") or None)
-    parser.add_argument(
-        "--tls-client-ca-file",
-        type=Path,
-        default=env("CONTEXTFOLD_TLS_CLIENT_CA_FILE") or None,
-        help="require client certificates signed by this CA (mutual TLS)",
-    )
-    parser.add_argument(
-        "--max-in-flight",
-        type=int,
-        default=int(env("CONTEXTFOLD_MAX_IN_FLIGHT", "256")),
-        help="calls served at once; more are refused with RESOURCE_EXHAUSTED",
-    )
-    parser.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=int(env("CONTEXTFOLD_MAX_MESSAGE_BYTES", str(4 * 1024 * 1024))),
-        help="largest request accepted",
-    )
-    parser.add_argument(
+    option("--tls-cert-file", Path)
+    option("--tls-key-file", Path)
+    option("--tls-client-ca-file", Path, help="require client certificates signed by this CA (mutual TLS)")
+    option("--max-in-flight", int, 256, help="calls served at once; more are refused with RESOURCE_EXHAUSTED")
+    option("--max-message-bytes", int, 4 * 1024 * 1024, help="largest request accepted")
+    option(
         "--max-connection-age-seconds",
-        type=float,
-        default=float(env("CONTEXTFOLD_MAX_CONNECTION_AGE_SECONDS", "300")),
+        float,
+        300.0,
         help="clients reconnect after this long, so load spreads over new replicas",
     )
-    parser.add_argument(
-        "--keepalive-seconds",
-        type=float,
-        default=float(env("CONTEXTFOLD_KEEPALIVE_SECONDS", "60")),
-        help="ping idle connections this often to find dead peers",
-    )
-    parser.add_argument(
+    option("--keepalive-seconds", float, 60.0, help="ping idle connections this often to find dead peers")
+    option(
         "--cache-reload-seconds",
-        type=float,
-        default=float(env("CONTEXTFOLD_CACHE_RELOAD_SECONDS", str(DEFAULT_RELOAD_SECONDS))),
+        float,
+        DEFAULT_RELOAD_SECONDS,
         help="reread API keys and provider registrations this often, even when no change was announced",
     )
     args = parser.parse_args(argv)
@@ -147,7 +126,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         openai_base_url=args.openai_base_url,
         openai_model=args.openai_model,
         # A key on the command line would show in `ps`: it comes from the environment only.
-        openai_api_key=env("CONTEXTFOLD_OPENAI_API_KEY", ""),
+        openai_api_key=os.environ.get("CONTEXTFOLD_OPENAI_API_KEY", ""),
         grace_seconds=args.grace_seconds,
         sandbox_workers=max(1, args.sandbox_workers),
         sandbox_time_limit=max(1, args.sandbox_time_limit_ms) / 1000,

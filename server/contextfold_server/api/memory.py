@@ -8,6 +8,7 @@ import grpc
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
 from ..embedding import Embedder
+from ..engine.memory import SearchQuery
 from ..errors import InvalidArgument, NotFound
 from ..memory.search import MemorySearcher
 from ..memory.store import NewMemory, PostgresMemoryStore
@@ -106,14 +107,16 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         check_vector(request.query_vector, "query_vector")
         check_store_names(request.stores, "stores")
         check_max_results(request.max_results, "max_results")
-        results, _ = await self._searcher.search(
-            caller_namespace(context),
+        query = SearchQuery(
             text=request.query,
-            vector=request.query_vector,
-            stores=list(dict.fromkeys(request.stores)),
-            scope=scope_from_proto(request.scope, "scope"),
+            vector=tuple(request.query_vector),
+            stores=tuple(dict.fromkeys(request.stores)),
             limit=request.max_results or 5,
             min_score=check_min_score(request, "min_score"),
+            exclude_ids=frozenset(),
+        )
+        results, _ = await self._searcher.search(
+            caller_namespace(context), scope_from_proto(request.scope, "scope"), query
         )
         return memory_pb2.SearchMemoriesResponse(
             results=[memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in results]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..embedding import Embedder
 from ..engine.entries import RetrievedEntry
@@ -20,17 +19,7 @@ class MemorySearcher:
     embedder: Embedder
 
     async def search(
-        self,
-        namespace: str,
-        *,
-        text: str,
-        vector: Sequence[float],
-        stores: Sequence[str],
-        scope: Scope,
-        limit: int,
-        min_score: float | None = None,
-        exclude_ids: Sequence[str] = (),
-        vector_field: str = "query_vector",
+        self, namespace: str, scope: Scope, query: SearchQuery, vector_field: str = "query_vector"
     ) -> tuple[list[ScoredRecord], dict[str, float]]:
         """Entries most similar to the query across the stores, with the time spent embedding and searching.
 
@@ -41,24 +30,25 @@ class MemorySearcher:
         started = time.perf_counter()
         # A caller's vector of the wrong length is the caller's field at fault;
         # the server's own embedding of the wrong length means the store does not fit.
-        mismatch_field = vector_field if vector else "stores"
-        if not vector:
+        mismatch_field = vector_field if query.vector else "stores"
+        if not query.vector:
             with span("contextfold.embed", model=self.embedder.name):
-                (vector,) = await self.embedder.embed([text])
+                (vector,) = await self.embedder.embed([query.text])
+            query = replace(query, vector=tuple(vector))
             durations["embed"] = time.perf_counter() - started
         searching = time.perf_counter()
-        with span("contextfold.search", stores=len(stores), limit=limit):
+        with span("contextfold.search", stores=len(query.stores), limit=query.limit):
             # The stores are checked from the same round trip as the search; on a bad name the
             # search was wasted, which only a failing call pays for.
-            known, results = await self.store.search(namespace, vector, stores, scope, limit, min_score, exclude_ids)
+            known, results = await self.store.search(namespace, scope, query)
         durations["search"] = time.perf_counter() - searching
-        for name in stores:
+        for name in query.stores:
             if name not in known:
                 raise NotFound("store", name)
-            if known[name] != len(vector):
+            if known[name] != len(query.vector):
                 raise InvalidArgument.of(
                     mismatch_field,
-                    f"the query vector has {len(vector)} dimensions; store {name!r} has {known[name]}",
+                    f"the query vector has {len(query.vector)} dimensions; store {name!r} has {known[name]}",
                 )
         return results, durations
 
@@ -66,18 +56,9 @@ class MemorySearcher:
         """The engine's `MemorySearch` port, bound to one caller's namespace and scope."""
 
         async def search(query: SearchQuery) -> SearchResult:
-            results, durations = await self.search(
-                namespace,
-                text=query.text,
-                vector=query.vector,
-                stores=query.stores,
-                scope=scope,
-                limit=query.limit,
-                min_score=query.min_score,
-                # Ids a conversation claims that no entry could have cannot match anything.
-                exclude_ids=sorted(filter(is_memory_id, query.exclude_ids)),
-                vector_field="memory.query_vector",
-            )
+            # Ids a conversation claims that no entry could have cannot match anything.
+            query = replace(query, exclude_ids=frozenset(filter(is_memory_id, query.exclude_ids)))
+            results, durations = await self.search(namespace, scope, query, vector_field="memory.query_vector")
             entries = [
                 RetrievedEntry(
                     id=r.memory.id,

@@ -18,6 +18,7 @@ import numpy as np
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..engine.memory import SearchQuery
 from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from ..postgres.migrations import SCHEMA, ensure_vector_index
 from ..postgres.pool import Connection, Database, NamespaceConnection
@@ -259,31 +260,23 @@ class PostgresMemoryStore:
             return [stored[row_id] for row_id in ids]
 
     async def search(
-        self,
-        namespace: str,
-        vector: Sequence[float],
-        stores: Sequence[str],
-        scope: Scope,
-        limit: int,
-        min_score: float | None = None,
-        exclude_ids: Sequence[str] = (),
+        self, namespace: str, scope: Scope, query: SearchQuery
     ) -> tuple[dict[str, int], list[ScoredRecord]]:
         """In one round trip: the dimension of each store asked for that exists (every store of the
-        namespace when `stores` is empty), and the `limit` entries nearest to `vector` across those
-        of its dimension, most similar first."""
-        dimension = len(vector)
+        namespace when `query.stores` is empty), and the `query.limit` entries nearest to
+        `query.vector` across those of its dimension, most similar first."""
         scoped = scope.fields()
         params = {
             "namespace": namespace,
             **scoped,
-            "names": list(stores),
-            "vector": np.asarray(vector, dtype=np.float32),
-            "exclude": list(exclude_ids),
-            "limit": limit,
-            "max_distance": None if min_score is None else 1.0 - min_score,
+            "names": list(query.stores),
+            "vector": np.asarray(query.vector, dtype=np.float32),
+            "exclude": sorted(query.exclude_ids),
+            "limit": query.limit,
+            "max_distance": None if query.min_score is None else 1.0 - query.min_score,
         }
         async with self._connection(namespace) as conn:
-            cursor = await conn.execute(_search_query(dimension, tuple(scoped)), params)
+            cursor = await conn.execute(_search_query(len(query.vector), tuple(scoped)), params)
             rows = await cursor.fetchall()
         known = dict(rows[0]["known"])
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
