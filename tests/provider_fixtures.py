@@ -5,7 +5,7 @@ one JSON line naming each behaviour's port, then serves until SIGTERM.
 
 - `scripted`: answers `app_state["texts"][provider]` after `app_state["delays"][provider]`
   seconds, so a test scripts several providers through one server; the text `@huge`
-  stands for a 2 MiB answer.
+  stands for a 2 MiB answer (over the limit), `@large` for 900 KB of words (within it).
 - `deadline`: answers with the seconds it was given, as contextfold passed them on.
 - `hanging`: never answers. `failing`: answers with an error status.
 - `malformed`: answers with bytes that are no ProvideResponse.
@@ -24,12 +24,13 @@ from contextfold.provider import ProvideContext, start_provider
 from contextfold.v1 import provider_pb2
 
 HUGE = "x" * (2 * 1024 * 1024)
+LARGE = "word " * 180_000
 
 
 async def scripted(context: ProvideContext) -> str:
     await asyncio.sleep(float(context.app_state.get("delays", {}).get(context.provider, 0)))
     text = context.app_state.get("texts", {}).get(context.provider, "")
-    return HUGE if text == "@huge" else text
+    return {"@huge": HUGE, "@large": LARGE}.get(text, text)
 
 
 def deadline(context: ProvideContext) -> str:

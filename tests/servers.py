@@ -59,11 +59,17 @@ def start_server(
     timeout: float = 120.0,
     command: tuple[str, ...] = SERVE,
     credentials: grpc.ChannelCredentials | None = None,
+    workers: int | None = 1,
 ) -> ServerProcess:
-    """Start `contextfold serve`, as `make run` does, on a free loopback port; wait until health says SERVING."""
+    """Start `contextfold serve`, as `make run` does, on a free loopback port; wait until health says SERVING.
+
+    One worker unless a test asks for more (None: the default, one per core): its calls, its log
+    and its metrics are then one event loop's, and the suite starts one model per server.
+    """
     log = log_path.open("w")
+    worker_option = () if workers is None or "--workers" in args else ("--workers", str(workers))
     process = subprocess.Popen(
-        [*command, "--host", "127.0.0.1", "--port", "0", "--admin-port", "0", *args],
+        [*command, "--host", "127.0.0.1", "--port", "0", "--admin-port", "0", *worker_option, *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=ROOT,

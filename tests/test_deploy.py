@@ -66,6 +66,7 @@ def test_the_image_and_the_deployment_configure_a_server_that_starts(monkeypatch
     config = parse_config([])
     assert (config.host, config.port, config.admin_host, config.admin_port) == ("0.0.0.0", 50051, "0.0.0.0", 9464)
     assert config.grace_seconds == 20
+    assert config.workers == int(float(container["resources"]["requests"]["cpu"])), "a worker per core requested"
     assert config.log_format == "json"
     assert config.database_url == "from-secret"
 

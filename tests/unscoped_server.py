@@ -39,6 +39,6 @@ async def execute(self, query, params=None, **kwargs):
 psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
 
 if __name__ == "__main__":
-    from contextfold_server.process import main
+    from contextfold_server.supervisor import main
 
     main(sys.argv[1:])

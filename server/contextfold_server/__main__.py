@@ -1,3 +1,3 @@
-from .process import main
+from .supervisor import main
 
 main()

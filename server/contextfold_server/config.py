@@ -7,6 +7,7 @@ from the environment only: an option would show in `ps`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ class Config:
     max_connection_age_seconds: float
     keepalive_seconds: float
     cache_reload_seconds: float
+    workers: int
+    model_dir: Path
+    embedding_threads: int
 
 
 class _Options:
@@ -69,7 +73,20 @@ def parse_config(argv: list[str] | None = None) -> Config:
     option("--port", int, 50051, help="0 picks a free port")
     option("--database-url", default="", help="a Postgres with pgvector; without one, an embedded Postgres is started")
     option("--data-dir", Path, default_data_dir(), help="where the embedded Postgres keeps its data")
+    option(
+        "--workers",
+        int,
+        available_cores(),
+        help="server processes sharing the port, each with its own event loop (default: the cores available)",
+    )
     option("--embedder", default="local", choices=["local", "openai"])
+    option("--model-dir", Path, default_data_dir().parent / "models", help="where the local model is cached")
+    option(
+        "--embedding-threads",
+        int,
+        0,
+        help="cores each worker's local model uses per batch (default: the cores available over the workers)",
+    )
     option("--openai-base-url", default="https://api.openai.com/v1")
     option("--openai-model", default="text-embedding-3-small")
     option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
@@ -143,4 +160,18 @@ def parse_config(argv: list[str] | None = None) -> Config:
         max_connection_age_seconds=args.max_connection_age_seconds,
         keepalive_seconds=args.keepalive_seconds,
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
+        workers=max(1, args.workers),
+        model_dir=args.model_dir,
+        embedding_threads=args.embedding_threads or max(1, available_cores() // max(1, args.workers)),
     )
+
+
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity (a container's cpuset), within its cgroup's
+    CPU quota (a Kubernetes CPU limit), rounded up."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else max(1, min(cores, math.ceil(int(quota) / int(period))))

@@ -1,10 +1,11 @@
-"""The server process: start-up, serving, and a graceful stop on SIGTERM/SIGINT.
+"""One server process (a worker): start-up, serving, and a graceful stop on SIGTERM/SIGINT.
 
-In order: the embedded Postgres (when no database URL is given), then a gRPC
+The supervisor (`supervisor.py`) runs one per core on one port. In order: a gRPC
 server listening at once with health NOT_SERVING, then the dependencies (the
 database, the model, the caches, the sandbox) while callers are told to retry,
 then SERVING. On SIGTERM or SIGINT: NOT_SERVING while the drain lasts, then new
-calls are refused and those in flight get the grace period to finish.
+calls are refused and those in flight get the grace period to finish. Each step
+is told to the supervisor over `reports`, a pipe.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from multiprocessing.connection import Connection
 from typing import Any
 
 import grpc
@@ -34,15 +36,15 @@ from .api.memory import MemoryServicer
 from .api.pipeline import CallPipeline
 from .api.providers import ProviderServicer
 from .api.readiness import Readiness
-from .config import Config, parse_config
+from .config import Config
 from .customize.sandbox import Sandbox
 from .embedding.batching import BatchingEmbedder
 from .memory.search import MemorySearcher
 from .memory.store import SEARCH_SETTINGS, PostgresMemoryStore
 from .observe.logs import configure_logging
+from .observe.loop_lag import LoopLagMonitor
 from .observe.metrics import Metrics
 from .observe.tracing import start_tracing, stop_tracing
-from .postgres.embedded import start_embedded_postgres
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate
 from .postgres.pool import Database
@@ -66,22 +68,21 @@ SERVICES = (
 SERVICE_NAMES = tuple(service.full_name for service, _ in SERVICES)
 
 
-async def serve(config: Config) -> None:
+async def serve(config: Config, database_url: str, port: int, worker: int, reports: Connection) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
 
-    # The embedded Postgres first: pgserver runs initdb and postgres as another user, which
-    # takes a fork() that must not happen once gRPC's threads are running.
-    database_url = config.database_url or await asyncio.to_thread(start_embedded_postgres, config.data_dir)
     start_tracing()
-    metrics = Metrics()
+    metrics = Metrics(worker)
+    lag = LoopLagMonitor(metrics.loop_lag.observe)
+    lag.start()
     listener = ChangeListener(database_url, config.cache_reload_seconds)
     keys = KeyRing(database_url, listener)
     health_servicer = health.aio.HealthServicer()
     readiness = Readiness(health_servicer, SERVICE_NAMES)
-    pipeline = CallPipeline(metrics, config.max_in_flight, keys, readiness)
+    pipeline = CallPipeline(metrics, config.max_in_flight, keys, readiness, lag)
     server = grpc.aio.server(interceptors=[pipeline], options=server_options(config))
     pending = {service.name: _Pending(service) for service, _ in SERVICES}
     for service, add_to_server in SERVICES:
@@ -89,18 +90,13 @@ async def serve(config: Config) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     credentials = _credentials(config)
-    address = f"{config.host}:{config.port}"
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    address = f"{config.host}:{port}"
+    server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
     await readiness.starting()
     await server.start()
-    transport = "mutual TLS" if config.tls_client_ca_file else "TLS" if credentials else "plaintext"
-    logger.info(
-        "listening on %s:%d (%s); NOT_SERVING until the database and the model are ready", config.host, port, transport
-    )
-    if config.admin_port >= 0:
-        admin_port = metrics.serve(config.admin_host, config.admin_port)
-        logger.info("metrics on http://%s:%d/metrics", config.admin_host, admin_port)
+    # The worker's metrics, for the supervisor to gather: never on a public interface.
+    reports.send(("listening", metrics.serve("127.0.0.1", 0)))
 
     async with contextlib.AsyncExitStack() as running:
         starting = asyncio.create_task(_start(config, database_url, running, pending, listener, metrics))
@@ -109,16 +105,15 @@ async def serve(config: Config) -> None:
         if starting.done():
             embedder = starting.result()  # a start-up that failed raises here
             await readiness.serving()
-            logger.info(
-                "serving on %s:%d | embedder=<%s> dimension=<%d>", config.host, port, embedder.name, embedder.dimension
-            )
+            reports.send(("serving", embedder.name, embedder.dimension))
             await stop_requested
         else:
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
 
         logger.info(
-            "draining | drain_seconds=<%s> grace_seconds=<%s> in_flight=<%d>",
+            "draining | worker=<%d> drain_seconds=<%s> grace_seconds=<%s> in_flight=<%d>",
+            worker,
             config.drain_seconds,
             config.grace_seconds,
             pipeline.in_flight,
@@ -127,8 +122,9 @@ async def serve(config: Config) -> None:
         # The drain the operator asked for: balancers and meshes see NOT_SERVING and stop sending calls.
         await asyncio.sleep(config.drain_seconds)
         await server.stop(config.grace_seconds)
+        await lag.close()
     stop_tracing()
-    logger.info("stopped")
+    logger.info("stopped | worker=<%d>", worker)
 
 
 async def _start(
@@ -161,7 +157,7 @@ async def _start(
     searcher = MemorySearcher(store, embedder)
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
     pending["MemoryService"].target = MemoryServicer(store, embedder, searcher)
-    pending["ProviderService"].target = ProviderServicer(providers, directory)
+    pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox)
     return embedder
 
 
@@ -175,8 +171,8 @@ async def open_embedder(config: Config) -> BatchingEmbedder:
         return BatchingEmbedder(remote)
     from .embedding.local import LocalEmbedder
 
-    # Loading the model takes seconds of CPU: keep it off the event loop.
-    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder))
+    # Loading the model takes a moment of CPU: keep it off the event loop.
+    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, config.model_dir, config.embedding_threads))
 
 
 async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
@@ -226,7 +222,8 @@ def server_options(config: Config) -> list[tuple[str, Any]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_connection_age_ms", int(config.max_connection_age_seconds * 1000)),
         ("grpc.max_connection_age_grace_ms", int(config.grace_seconds * 1000)),
-        ("grpc.so_reuseport", 0),
+        # Every worker listens on the same port; the kernel spreads connections over them.
+        ("grpc.so_reuseport", 1),
     ]
 
 
@@ -241,11 +238,10 @@ def _credentials(config: Config) -> grpc.ServerCredentials | None:
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    config = parse_config(argv)
-    configure_logging(config.log_level, config.log_format)
-    asyncio.run(serve(config))
-
-
-if __name__ == "__main__":
-    main()
+def run_worker(config: Config, database_url: str, port: int, worker: int, reports: Connection) -> None:
+    """A worker process's entry point (the supervisor spawns it)."""
+    configure_logging(config.log_level, config.log_format, worker=worker)
+    try:
+        asyncio.run(serve(config, database_url, port, worker, reports))
+    finally:
+        reports.close()

@@ -7,18 +7,27 @@ service's cannot drift apart. A check either returns the value it checked
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
-from ..errors import InvalidArgument
+from ..customize.expressions import MAX_EXPRESSION_LENGTH
+from ..customize.sandbox import Sandbox
+from ..customize.templates import MAX_TEMPLATE_LENGTH
+from ..errors import FieldViolation, InvalidArgument
 from ..memory.store import is_memory_id
 
 # A conversation longer than this is not one a model takes in a single call.
 MAX_MESSAGES = 2000
+# Content blocks across a conversation: what bounds the time to parse and read one request.
+MAX_CONTENT_BLOCKS = 20_000
 MAX_ENTRIES_LIMIT = 100
+# Stores a search names, providers an Inject names.
+MAX_STORES_NAMED = 100
+MAX_PROVIDERS_NAMED = 100
 MAX_SEARCH_RESULTS = 100
 MAX_BATCH = 1000
 # An entry is a fact to recall, not a document: 16 KiB of text (the model reads the first 256 tokens).
@@ -53,6 +62,7 @@ def check_store_name(name: str, field: str) -> str:
 
 
 def check_store_names(names: Sequence[str], field: str) -> None:
+    check_count(names, MAX_STORES_NAMED, field, "store names")
     for index, name in enumerate(names):
         check_store_name(name, f"{field}[{index}]")
 
@@ -130,6 +140,18 @@ def check_provider_name(name: str, field: str, reserved: Sequence[str]) -> str:
     return name
 
 
+def check_provider_names(names: Sequence[str], field: str, reserved: Sequence[str]) -> None:
+    """The providers an Inject names: each once, none of contextfold's own sources, within the cap."""
+    check_count(names, MAX_PROVIDERS_NAMED, field, "provider names")
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if not name or name in reserved:
+            raise InvalidArgument.of(f"{field}[{index}]", f"{name!r} names no provider: it is contextfold's own source")
+        if name in seen:
+            raise InvalidArgument.of(field, f"names provider {name!r} more than once")
+        seen.add(name)
+
+
 def check_target(target: str, field: str) -> str:
     port = target.rsplit(":", 1)[-1]
     if not _TARGET.fullmatch(target) or (port.isdigit() and not 0 < int(port) < 65536):
@@ -141,6 +163,40 @@ def check_provider_timeout(milliseconds: int, field: str) -> int:
     if not 1 <= milliseconds <= MAX_PROVIDER_TIMEOUT_MS:
         raise InvalidArgument.of(field, f"must be from 1ms to {MAX_PROVIDER_TIMEOUT_MS // 1000}s")
     return milliseconds
+
+
+def check_customization(kind: str, source: str, field: str) -> str:
+    """A `trigger` or `query` expression, or a `format` template, within its length; whether it compiles
+    is `check_compiles`'s to say."""
+    limit = MAX_TEMPLATE_LENGTH if kind == "format" else MAX_EXPRESSION_LENGTH
+    if len(source) > limit:
+        raise InvalidArgument.of(field, f"{_WHAT[kind]}: is {len(source)} characters; at most {limit}")
+    return source
+
+
+_WHAT = {
+    "trigger": "is not a valid CEL trigger expression",
+    "query": "is not a valid CEL query expression",
+    "format": "is not a valid template",
+}
+
+
+async def check_compiles(sandbox: Sandbox, customizations: Sequence[tuple[str, str, str]]) -> None:
+    """Refuse each `(kind, source, field)` whose source does not compile, naming why.
+
+    Compiling runs in the sandbox, never on the event loop: Jinja2 and CEL do real work
+    at compile time, which an adversarial template can make arbitrarily large. A source
+    that takes longer than the sandbox's time limit to compile is refused as well.
+    """
+    asked = [(kind, source, field) for kind, source, field in customizations if source]
+    failures = await asyncio.gather(*(sandbox.check(kind, source) for kind, source, _ in asked))
+    violations = [
+        FieldViolation(field, f"{_WHAT[kind]}: {failure.removeprefix('ValueError: ')}")
+        for (kind, _, field), failure in zip(asked, failures, strict=True)
+        if failure is not None
+    ]
+    if violations:
+        raise InvalidArgument(*violations)
 
 
 def one_of(field: str, other: str, both_set: bool) -> None:

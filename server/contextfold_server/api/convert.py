@@ -14,8 +14,6 @@ from typing import Any
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2, provider_pb2
 from google.protobuf import json_format, struct_pb2
 
-from ..customize.expressions import check_expression
-from ..customize.templates import check_template
 from ..engine.conversation import InjectedRef, Role, Turn
 from ..engine.format import MemoryFormat
 from ..engine.gate import SkipReason
@@ -27,9 +25,12 @@ from ..errors import FieldViolation, InvalidArgument
 from ..memory.store import MemoryRecord, NewMemory, Scope, StoreRecord
 from ..providers.registry import ProviderRecord
 from .checks import (
+    MAX_CONTENT_BLOCKS,
+    MAX_ENTRIES_LIMIT,
     MAX_MESSAGES,
     check_content,
     check_count,
+    check_customization,
     check_max_entries,
     check_max_tokens,
     check_memory_id,
@@ -67,6 +68,9 @@ _SKIP_REASONS = {reason: injection_pb2.SkipReason.Value(f"SKIP_REASON_{reason.na
 def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Turn]:
     """The engine's view of the conversation. Rejects what no agent would send."""
     check_count(messages, MAX_MESSAGES, "messages", "messages")
+    blocks = sum(len(message.content) for message in messages)
+    if blocks > MAX_CONTENT_BLOCKS:
+        raise InvalidArgument.of("messages", f"hold {blocks} content blocks; the limit is {MAX_CONTENT_BLOCKS}")
     violations: list[FieldViolation] = []
     turns: list[Turn] = []
     for index, message in enumerate(messages):
@@ -86,6 +90,13 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
             elif kind == "tool_result":
                 has_tool_result = True
             elif kind == "injected":
+                if len(block.injected.entry_ids) > MAX_ENTRIES_LIMIT:
+                    violations.append(
+                        FieldViolation(
+                            f"messages[{index}].content[{position}].injected.entry_ids",
+                            f"holds {len(block.injected.entry_ids)} ids; a block holds at most {MAX_ENTRIES_LIMIT}",
+                        )
+                    )
                 injected.append(
                     InjectedRef(block.injected.source, tuple(block.injected.entry_ids), tuple(block.injected.sources))
                 )
@@ -107,9 +118,10 @@ def trigger_to_proto(trigger: Trigger) -> int:
 
 
 def trigger_expression_from_proto(expression: str, trigger: int, field: str, trigger_field: str) -> str:
-    """A CEL trigger, checked; it replaces the named trigger, so the two cannot both be set."""
+    """A CEL trigger, within its length (`check_compiles` compiles it); it replaces the named
+    trigger, so the two cannot both be set."""
     one_of(field, trigger_field, bool(expression) and trigger != injection_pb2.TRIGGER_UNSPECIFIED)
-    return check_expression(expression, "trigger", field) if expression else ""
+    return check_customization("trigger", expression, field)
 
 
 def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryRequest:
@@ -119,14 +131,13 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         request.trigger_expression, request.trigger, "trigger_expression", "trigger"
     )
     one_of("memory.query_expression", "memory.query", bool(options.query_expression and options.query))
-    if options.query_expression:
-        check_expression(options.query_expression, "query", "memory.query_expression")
+    check_customization("query", options.query_expression, "memory.query_expression")
     memory_format = _FORMATS.get(options.format)
     if memory_format is None:
         raise InvalidArgument.of("memory.format", f"unknown format value {options.format}")
     if options.format_template:
         one_of("memory.format_template", "memory.format", options.format != injection_pb2.FORMAT_UNSPECIFIED)
-        check_template(options.format_template, "memory.format_template")
+        check_customization("format", options.format_template, "memory.format_template")
     max_entries = options.max_entries if options.HasField("max_entries") else DEFAULT_MAX_ENTRIES
     check_vector(options.query_vector, "memory.query_vector")
     check_store_names(options.stores, "memory.stores")

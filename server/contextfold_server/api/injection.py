@@ -8,14 +8,21 @@ from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
 from ..customize.context import RequestCustomizer
 from ..customize.sandbox import Sandbox
 from ..engine.injection import InjectionRequest, inject
-from ..errors import InvalidArgument, Unavailable
+from ..errors import Unavailable
 from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
-from ..tokens import count_tokens_async
+from ..tokens import count_tokens_off_the_loop
 from .caller import caller_namespace
-from .checks import check_max_tokens
-from .convert import injected_block, memory_request_from_proto, report_to_proto, scope_from_proto, turns_from_messages
+from .checks import check_compiles, check_max_tokens, check_provider_names
+from .convert import (
+    RESERVED_SOURCES,
+    injected_block,
+    memory_request_from_proto,
+    report_to_proto,
+    scope_from_proto,
+    turns_from_messages,
+)
 from .status import reports_errors
 
 
@@ -37,10 +44,17 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         namespace = caller_namespace(context)
         turns = turns_from_messages(request.messages)
         memory = memory_request_from_proto(request)
+        await check_compiles(
+            self._sandbox,
+            [
+                ("trigger", memory.trigger_expression, "trigger_expression"),
+                ("query", memory.query_expression, "memory.query_expression"),
+                ("format", memory.format_template, "memory.format_template"),
+            ],
+        )
         scope = scope_from_proto(request.memory.scope, "memory.scope")
         max_tokens = check_max_tokens(request.max_tokens, "max_tokens")
-        if len(set(request.providers)) != len(request.providers):
-            raise InvalidArgument.of("providers", "names a provider more than once")
+        check_provider_names(request.providers, "providers", RESERVED_SOURCES)
         try:
             providers, unknown = await self._directory.select(namespace, request.providers)
             missing = [(name, f"provider {name!r} is not registered") for name in unknown]
@@ -68,7 +82,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             ),
             self._searcher.port(namespace, scope),
             provide,
-            count_tokens_async,
+            count_tokens_off_the_loop,
             RequestCustomizer(self._sandbox, request, turns),
         )
 

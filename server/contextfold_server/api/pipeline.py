@@ -5,7 +5,8 @@ the answer's initial metadata); a server span joined to the caller's W3C trace
 context; readiness (UNAVAILABLE while the database or the model is starting);
 load shedding (RESOURCE_EXHAUSTED past the limit of calls in flight, rather than
 a queue that grows without bound); the caller's API key, namespace and role;
-then the servicer. Each call ends with its metrics and one JSON log line.
+then the servicer. Each call ends with its metrics and one JSON log line, which
+says (`loop_stall_ms`) when the call waited on a busy event loop.
 Health and reflection calls pass straight through.
 """
 
@@ -19,11 +20,13 @@ from typing import Any
 
 import grpc
 from contextfold.v1 import injection_pb2
+from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..access.keys import OPEN_CALLER, Caller, KeyRing
-from ..errors import PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
+from ..errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
 from ..observe.logs import log_call
+from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from .caller import CALLER
@@ -50,8 +53,11 @@ Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
 class CallPipeline(grpc.aio.ServerInterceptor):
-    def __init__(self, metrics: Metrics, max_in_flight: int, keys: KeyRing, readiness: Readiness) -> None:
+    def __init__(
+        self, metrics: Metrics, max_in_flight: int, keys: KeyRing, readiness: Readiness, lag: LoopLagMonitor
+    ) -> None:
         self._metrics = metrics
+        self._lag = lag
         self._max_in_flight = max_in_flight
         self._in_flight = 0
         self._keys = keys
@@ -71,17 +77,18 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         if handler is None or handler.unary_unary is None or not method.startswith("/contextfold."):
             return handler
         behavior: Behavior = handler.unary_unary
+        codec = _Codec(handler.request_deserializer, handler.response_serializer)
 
-        async def serve(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await self._serve(method, behavior, request, context)
+        # Bytes in, bytes out: the pipeline decodes and encodes, so a large message is
+        # parsed off the event loop and one that does not parse is the caller's error.
+        async def serve(data: bytes, context: grpc.aio.ServicerContext) -> bytes | None:
+            return await self._serve(method, behavior, codec, data, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            serve,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return grpc.unary_unary_rpc_method_handler(serve)
 
-    async def _serve(self, method: str, behavior: Behavior, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def _serve(
+        self, method: str, behavior: Behavior, codec: _Codec, data: bytes, context: grpc.aio.ServicerContext
+    ) -> bytes | None:
         started = time.perf_counter()
         metadata = context.invocation_metadata() or ()
         sent = {key: value for key, value in metadata if isinstance(value, str)}
@@ -103,7 +110,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 self._metrics.in_flight.inc()
                 token = CALLER.set(caller)
                 try:
-                    response = await behavior(request, context)
+                    response = await behavior(codec.decode(data), context)
                 finally:
                     CALLER.reset(token)
                     self._in_flight -= 1
@@ -111,18 +118,25 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
                     self._metrics.observe_injection(caller.namespace, response.report)
                     outcome = _injection_fields(response.report)
+                encoded = codec.encode(response)
                 # Headers go with the answer, not before: a call cut off before it answers has sent
                 # nothing, so a proxy may still retry it on another replica.
                 await context.send_initial_metadata((("x-request-id", request_id),))
-                return response
+                return encoded
             except ServiceError as error:
                 await abort_with(context, error)
+                return None
             finally:
                 code = _code(context)
                 if code != "OK":
                     span.set_status(Status(StatusCode.ERROR, code))
-                seconds = time.perf_counter() - started
+                ended = time.perf_counter()
+                seconds = ended - started
                 self._metrics.observe_call(method, code, seconds)
+                # The call waited on a busy loop: its time is not all its own.
+                stall = self._lag.stall_during(started, ended)
+                if stall >= NOTEWORTHY:
+                    outcome["loop_stall_ms"] = round(stall * 1000, 1)
                 log_call(
                     method=method,
                     code=code,
@@ -159,6 +173,30 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 "ADMIN_ROLE_REQUIRED", f"{name} needs an admin key; this key's role is {caller.role}"
             )
         return caller
+
+
+class _Codec:
+    """A method's request decoding and response encoding.
+
+    protobuf's C parser holds the interpreter for a whole message, on whatever thread
+    it runs, so a thread would not free the event loop: what bounds the time instead
+    is the request size limit and the content-block cap (`checks.MAX_CONTENT_BLOCKS`),
+    which keep the worst case to a few tens of milliseconds here. Decoding here rather
+    than in gRPC makes a message that does not parse the caller's INVALID_ARGUMENT.
+    """
+
+    def __init__(self, decode: Callable[[bytes], Any], encode: Callable[[Any], bytes]) -> None:
+        self._decode = decode
+        self._encode = encode
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return self._decode(data)
+        except DecodeError as error:
+            raise InvalidArgument.of("request", f"is not a well-formed message of its type: {error}") from None
+
+    def encode(self, response: Any) -> bytes:
+        return self._encode(response)
 
 
 def _injection_fields(report: injection_pb2.InjectionReport) -> dict[str, Any]:

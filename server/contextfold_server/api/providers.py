@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 import grpc
 from contextfold.v1 import provider_pb2, provider_pb2_grpc
 
+from ..customize.sandbox import Sandbox
 from ..errors import InvalidArgument
 from ..providers.registry import ProviderDirectory, ProviderRepository
 from .caller import caller_namespace
-from .checks import check_provider_name
+from .checks import check_compiles, check_provider_name
 from .convert import PROVIDER_FIELDS, RESERVED_SOURCES, provider_fields_from_proto, provider_to_proto
 from .paging import decode_page_token, encode_page_token, page_size
 from .status import reports_errors
 
 
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
-    def __init__(self, repository: ProviderRepository, directory: ProviderDirectory) -> None:
+    def __init__(self, repository: ProviderRepository, directory: ProviderDirectory, sandbox: Sandbox) -> None:
         self._repository = repository
         self._directory = directory
+        self._sandbox = sandbox
+
+    async def _checked_fields(self, provider: provider_pb2.Provider, paths: Collection[str]) -> dict[str, Any]:
+        fields = provider_fields_from_proto(provider, paths)
+        await check_compiles(
+            self._sandbox, [("trigger", fields.get("trigger_expression", ""), "provider.trigger_expression")]
+        )
+        return fields
 
     async def _changed(self, namespace: str) -> None:
         """Read-your-writes on this replica; the others hear of it by NOTIFY."""
@@ -30,7 +42,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         namespace = caller_namespace(context)
         name = check_provider_name(request.provider.name, "provider.name", RESERVED_SOURCES)
         record = await self._repository.register(
-            namespace, {"name": name, **provider_fields_from_proto(request.provider, PROVIDER_FIELDS)}
+            namespace, {"name": name, **await self._checked_fields(request.provider, PROVIDER_FIELDS)}
         )
         await self._changed(namespace)
         return provider_pb2.RegisterProviderResponse(provider=provider_to_proto(record))
@@ -70,7 +82,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             raise InvalidArgument.of(
                 "update_mask", f"cannot change {', '.join(unknown)}; it may name {', '.join(sorted(PROVIDER_FIELDS))}"
             )
-        record = await self._repository.update(namespace, name, provider_fields_from_proto(request.provider, paths))
+        record = await self._repository.update(namespace, name, await self._checked_fields(request.provider, paths))
         await self._changed(namespace)
         return provider_pb2.UpdateProviderResponse(provider=provider_to_proto(record))
 

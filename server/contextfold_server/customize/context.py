@@ -1,8 +1,15 @@
-"""The engine's `Customizer` for one request: what its expressions see, run in the sandbox."""
+"""The engine's `Customizer` for one request: what its expressions see, run in the sandbox.
+
+What an expression sees is the request itself (the conversation, the app state, the
+agent) as JSON, built once per request and only when an expression asks. For a
+large request, building and encoding it runs on a thread, not on the event loop:
+the interpreter then lets the loop run every few milliseconds in between.
+"""
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +20,10 @@ from google.protobuf import json_format
 from ..engine.conversation import Role, Turn, is_user_turn, latest_index, text_of
 from ..engine.entries import RetrievedEntry
 from ..engine.outcome import SourceFailed
-from .sandbox import Sandbox, SandboxError
+from .sandbox import Sandbox, SandboxError, encode_with_json
+
+# Past this many bytes, a request's context is encoded on a thread.
+_ENCODE_ON_THE_LOOP = 64 * 1024
 
 
 class RequestCustomizer:
@@ -21,37 +31,48 @@ class RequestCustomizer:
         self._sandbox = sandbox
         self._request = request
         self._turns = turns
+        self._context: asyncio.Future[str] | None = None
 
-    @functools.cached_property
-    def _context(self) -> dict[str, Any]:
-        """Built once, on the first expression: most calls have none."""
+    def _context_json(self) -> str:
         turns = self._turns
 
         def latest_text(role: Role) -> str:
             index = latest_index(turns, role)
             return text_of(turns[index]) if index >= 0 else ""
 
-        return {
-            "messages": from_proto_messages(self._request.messages),
-            "app_state": json_format.MessageToDict(self._request.app_state),
-            "agent": {"id": self._request.agent.id, "name": self._request.agent.name},
-            "is_user_turn": is_user_turn(turns),
-            "latest_user_text": latest_text(Role.USER),
-            "latest_assistant_text": latest_text(Role.ASSISTANT),
-            "message_count": len(turns),
-        }
+        return json.dumps(
+            {
+                "messages": from_proto_messages(self._request.messages),
+                "app_state": json_format.MessageToDict(self._request.app_state),
+                "agent": {"id": self._request.agent.id, "name": self._request.agent.name},
+                "is_user_turn": is_user_turn(turns),
+                "latest_user_text": latest_text(Role.USER),
+                "latest_assistant_text": latest_text(Role.ASSISTANT),
+                "message_count": len(turns),
+            }
+        )
 
-    async def _run(self, kind: str, what: str, source: str, data: dict[str, Any]) -> Any:
+    async def _run(self, kind: str, what: str, source: str, data_json: str) -> Any:
         try:
-            return await self._sandbox.run(kind, source, data)
+            return await self._sandbox.run_encoded(encode_with_json(kind, source, data_json))
         except SandboxError as error:
             raise SourceFailed(f"{what} failed: {error}") from None
 
+    async def _request_context(self) -> str:
+        """The request's context, encoded once, on the first expression: most calls have none."""
+        if self._context is None:
+            if self._request.ByteSize() > _ENCODE_ON_THE_LOOP:
+                self._context = asyncio.ensure_future(asyncio.to_thread(self._context_json))
+            else:
+                self._context = asyncio.get_running_loop().create_future()
+                self._context.set_result(self._context_json())
+        return await self._context
+
     async def trigger(self, expression: str) -> bool:
-        return await self._run("trigger", "the trigger expression", expression, self._context)
+        return await self._run("trigger", "the trigger expression", expression, await self._request_context())
 
     async def query(self, expression: str) -> str:
-        return await self._run("query", "the query expression", expression, self._context)
+        return await self._run("query", "the query expression", expression, await self._request_context())
 
     async def render(self, template: str, entries: Sequence[RetrievedEntry]) -> str:
         data = {
@@ -67,4 +88,6 @@ class RequestCustomizer:
                 for entry in entries
             ]
         }
-        return await self._run("format", "the format template", template, data)
+        large = sum(len(entry.content) for entry in entries) > _ENCODE_ON_THE_LOOP
+        data_json = await asyncio.to_thread(json.dumps, data) if large else json.dumps(data)
+        return await self._run("format", "the format template", template, data_json)

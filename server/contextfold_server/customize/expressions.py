@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..errors import InvalidArgument
-
 MAX_EXPRESSION_LENGTH = 2048
 
 # What every expression sees. `messages`, `app_state` and `agent` are the
@@ -54,15 +52,6 @@ def compile_expression(source: str, kind: str) -> Any:
     if returned != expected and returned != cel.Type.DYN:
         raise ValueError(f"returns {returned.name()}; a {kind} expression must return {expected.name()}")
     return program
-
-
-def check_expression(source: str, kind: str, field: str) -> str:
-    """`source` if it compiles to a `kind` expression; INVALID_ARGUMENT naming `field` otherwise."""
-    try:
-        compile_expression(source, kind)
-    except ValueError as error:
-        raise InvalidArgument.of(field, f"is not a valid CEL {kind} expression: {error}") from None
-    return source
 
 
 def evaluate_expression(source: str, kind: str, data: dict[str, Any]) -> Any:

@@ -1,11 +1,16 @@
-"""The server's side of the sandbox: a few worker processes, each killed and replaced when it overruns."""
+"""The server's side of the sandbox: a few worker processes, each killed and replaced when it overruns.
+
+Workers start with an empty environment (no database URL, no keys), and every
+exchange with them is JSON: nothing a worker sends can make the server run code.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-import pickle
+import os
 import struct
 import sys
 from typing import Any
@@ -15,6 +20,22 @@ from .worker import READY
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
+
+
+# What a worker's environment holds: only where to find contextfold's code, if it was given.
+_PASSED_ON = ("PYTHONPATH",)
+
+
+def encode(kind: str, source: str, data: Any) -> bytes:
+    """A request as the worker reads it: a length, then JSON."""
+    return encode_with_json(kind, source, json.dumps(data))
+
+
+def encode_with_json(kind: str, source: str, data_json: str) -> bytes:
+    """`encode`, with the data already in JSON: one request's context, encoded once for all its expressions."""
+    head = json.dumps({"kind": kind, "source": source})[:-1]
+    payload = f'{head}, "data": {data_json}}}'.encode()
+    return _HEADER.pack(len(payload)) + payload
 
 
 class SandboxError(Exception):
@@ -48,24 +69,37 @@ class Sandbox:
             "contextfold_server.customize.worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env={name: os.environ[name] for name in _PASSED_ON if name in os.environ},
         )
         if await _pipes(worker)[1].readexactly(len(READY)) != READY:
             raise RuntimeError("the sandbox worker did not start")
         return worker
 
-    async def run(self, kind: str, source: str, data: dict[str, Any]) -> Any:
+    async def check(self, kind: str, source: str) -> str | None:
+        """Why a `trigger` or `query` expression, or a `format` template, does not compile; None when it does."""
+        try:
+            await self.run(f"check-{kind}", source, None)
+        except SandboxError as error:
+            return str(error)
+        return None
+
+    async def run(self, kind: str, source: str, data: Any) -> Any:
         """Run a `trigger` or `query` expression, or a `format` template, on `data`."""
-        payload = pickle.dumps((kind, source, data))
+        return await self.run_encoded(encode(kind, source, data))
+
+    async def run_encoded(self, payload: bytes) -> Any:
+        """Run a request already encoded (`encode`), as a large one is, off the event loop."""
         worker = await self._idle.get()
         answered = False
+        retired = False
         try:
             async with asyncio.timeout(self.time_limit):
                 to_worker, from_worker = _pipes(worker)
-                to_worker.write(_HEADER.pack(len(payload)) + payload)
+                to_worker.write(payload)
                 await to_worker.drain()
                 (size,) = _HEADER.unpack(await from_worker.readexactly(_HEADER.size))
-                ok, value = pickle.loads(await from_worker.readexactly(size))
-            answered = True
+                reply = json.loads(await from_worker.readexactly(size))
+            answered, retired = True, bool(reply.get("retire"))
         except TimeoutError:
             raise SandboxError(f"ran past its time limit of {self.time_limit * 1000:.0f} ms") from None
         except (asyncio.IncompleteReadError, ConnectionError) as error:
@@ -73,17 +107,19 @@ class Sandbox:
         finally:
             # A worker that did not answer, for whatever reason (its time ran out, it died, or the
             # caller gave up), may still owe a reply: it is replaced, never handed to the next caller.
-            if answered:
+            if answered and not retired:
                 self._idle.put_nowait(worker)
             else:
-                self._replace(worker)
-        if not ok:
-            raise SandboxError(value)
-        return value
+                self._replace(
+                    worker, "retired: past its memory budget" if retired else "overrun, crash or cancellation"
+                )
+        if not reply["ok"]:
+            raise SandboxError(reply["error"])
+        return reply["value"]
 
-    def _replace(self, worker: asyncio.subprocess.Process) -> None:
+    def _replace(self, worker: asyncio.subprocess.Process, reason: str) -> None:
         _kill(worker)
-        logger.warning("reason=<overrun, crash or cancellation> | sandbox worker replaced")
+        logger.warning("reason=<%s> | sandbox worker replaced", reason)
         task = asyncio.get_running_loop().create_task(self._respawn(worker))
         self._respawning.add(task)
         task.add_done_callback(self._respawning.discard)

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..engine.format import escape_xml_attr
-from ..errors import InvalidArgument
 
 MAX_TEMPLATE_LENGTH = 16 * 1024
 MAX_OUTPUT_LENGTH = 64 * 1024
@@ -75,14 +74,6 @@ def compile_template(source: str) -> Any:
         raise ValueError(f"line {error.lineno}: {error.message}") from None
     except RecursionError:
         raise ValueError("it is nested too deeply to compile") from None
-
-
-def check_template(source: str, field: str) -> str:
-    try:
-        compile_template(source)
-    except ValueError as error:
-        raise InvalidArgument.of(field, f"is not a valid template: {error}") from None
-    return source
 
 
 def render_template(source: str, data: dict[str, Any]) -> str:

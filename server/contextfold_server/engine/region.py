@@ -6,10 +6,15 @@ is built in, before any provider). Over a token budget, the lowest-priority
 source yields first, a provider's text whole and memory an entry at a time
 (its lowest-ranked first); no text is ever cut part-way, so every block stays
 well-formed. Optionally the region is one coalesced block instead.
+
+Enforcing a budget takes time in the size of the blocks, not in their number
+times their size: each rendering is counted once, and memory's largest share
+that fits is found by halving (a handful of renderings, not one per entry).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -41,11 +46,14 @@ class Candidate:
     async def render(self) -> str:
         return self.text if self.render_entries is None else await self.render_entries(self.entries)
 
-    def yield_one(self) -> Candidate | None:
-        """This offer with the least of it given up: memory's lowest-ranked entry, or all of a provider's text."""
-        if self.render_entries is not None and len(self.entries) > 1:
-            return replace(self, entries=self.entries[:-1])
-        return None
+    @property
+    def divisible(self) -> bool:
+        """Whether it can give up part of itself: memory, entry by entry, down to one; a provider's text cannot."""
+        return self.render_entries is not None and len(self.entries) > 1
+
+    def keeping(self, count: int) -> Candidate:
+        """Memory's offer cut to its `count` best entries."""
+        return replace(self, entries=self.entries[:count])
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,8 @@ async def plan_region(
     kept: list[Candidate] = []
     for candidate in sorted(candidates, key=lambda c: (-c.priority, c.order)):
         try:
-            fitted = await _within_own_cap(candidate, measures)
+            within_cap = functools.partial(_within_cap, measures, cap=candidate.max_tokens)
+            fitted = await _largest_within(candidate, within_cap)
             blank = fitted is not None and not (await measures.text(fitted)).strip()
         except Exception as error:  # noqa: BLE001 - a rendering that fails leaves only its source out.
             plan.dropped[candidate.source] = Skipped(SkipReason.FAILED, describe(error))
@@ -118,39 +127,62 @@ async def plan_region(
         else:
             kept.append(fitted)
 
+    async def total(region: list[Candidate]) -> int:
+        """The region's tokens, from each block's count. For one coalesced block, the parts' counts
+        and their joins, which the count of the block as folded confirms below."""
+        counts = [await measures.tokens(c, follows_text or i > 0) for i, c in enumerate(region)]
+        return sum(counts)
+
+    async def fits(region: list[Candidate], last: Candidate | None = None) -> bool:
+        """Whether `region` (with `last` after it, if given) is within the request's budget."""
+        return not max_tokens or await total([*region, *([last] if last else [])]) <= max_tokens
+
     while kept:
-        texts = [await measures.text(candidate) for candidate in kept]
-        blocks = _blocks(kept, texts, follows_text, coalesce)
-        if coalesce:
-            total = await count_tokens(blocks[0].text) if blocks else 0
-        else:
-            total = sum([await measures.tokens(c, follows_text or i > 0) for i, c in enumerate(kept)])
-        if not max_tokens or total <= max_tokens:
-            plan.blocks, plan.kept, plan.total_tokens = blocks, kept, total
-            plan.tokens = {candidate.source: await measures.tokens(candidate, follows_text=False) for candidate in kept}
-            return plan
-        lowest = kept[-1]
-        smaller = lowest.yield_one()
-        if smaller is not None:
-            kept[-1] = smaller
-        else:
-            kept.pop()
-            plan.dropped[lowest.source] = Skipped(
-                SkipReason.OVER_BUDGET, f"the request's budget of {max_tokens} tokens went to higher-priority sources"
-            )
+        if await fits(kept):
+            blocks = _blocks(kept, [await measures.text(c) for c in kept], follows_text, coalesce)
+            exact = sum([await count_tokens(block.text) for block in blocks]) if coalesce else await total(kept)
+            if not max_tokens or exact <= max_tokens:
+                plan.blocks, plan.kept, plan.total_tokens = blocks, kept, exact
+                plan.tokens = {c.source: await measures.tokens(c, follows_text=False) for c in kept}
+                return plan
+        lowest = kept.pop()
+        if lowest.divisible:
+            fits_after = functools.partial(fits, list(kept))
+            smaller = await _largest_within(lowest.keeping(len(lowest.entries) - 1), fits_after)
+            if smaller is not None:
+                kept.append(smaller)
+                continue
+        plan.dropped[lowest.source] = Skipped(
+            SkipReason.OVER_BUDGET, f"the request's budget of {max_tokens} tokens went to higher-priority sources"
+        )
     return plan
 
 
-async def _within_own_cap(candidate: Candidate, measures: _Measures) -> Candidate | None:
-    """The offer, yielding what it must to fit its own cap (counted without a separator), or None."""
-    current: Candidate | None = candidate
-    while (
-        current is not None
-        and candidate.max_tokens
-        and await measures.tokens(current, follows_text=False) > candidate.max_tokens
-    ):
-        current = current.yield_one()
-    return current
+async def _within_cap(measures: _Measures, candidate: Candidate, *, cap: int) -> bool:
+    """Whether an offer is within its own cap (counted without a separator); any size, with none."""
+    return not cap or await measures.tokens(candidate, follows_text=False) <= cap
+
+
+async def _largest_within(candidate: Candidate, fits: Callable[[Candidate], Awaitable[bool]]) -> Candidate | None:
+    """The offer whole if it fits; else memory's largest share of its best entries that fits; else None.
+
+    Halving assumes that fewer entries never take more tokens, which holds for every
+    format: an entry adds its own line.
+    """
+    if await fits(candidate):
+        return candidate
+    if candidate.render_entries is None or len(candidate.entries) <= 1:
+        return None
+    low, high = 1, len(candidate.entries) - 1
+    if not await fits(candidate.keeping(low)):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if await fits(candidate.keeping(middle)):
+            low = middle
+        else:
+            high = middle - 1
+    return candidate.keeping(low)
 
 
 def _blocks(kept: Sequence[Candidate], texts: Sequence[str], follows_text: bool, coalesce: bool) -> list[PlannedBlock]:

@@ -12,6 +12,11 @@ calls = logging.getLogger("contextfold.calls")
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, worker: int | None) -> None:
+        super().__init__()
+        # Which worker process wrote the line; None in the supervisor.
+        self._worker = worker
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -19,20 +24,22 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._worker is not None:
+            entry["worker"] = self._worker
         entry.update(getattr(record, "fields", {}))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def configure_logging(level: str, format: str) -> None:
+def configure_logging(level: str, format: str, worker: int | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if format == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(worker))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    for noisy in ("httpx", "sentence_transformers", "pgserver", "psycopg.pool", "urllib3"):
+    for noisy in ("httpx", "pgserver", "psycopg.pool", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

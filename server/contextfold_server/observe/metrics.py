@@ -2,16 +2,25 @@
 
 Calls by method and status, call latency, Inject's time per stage (embed, search,
 fold, each provider), provider outcomes, calls in flight and shed, the database
-pool's use, and the embedding model's calls, texts and cache hits.
+pool's use, the embedding model's calls, texts and cache hits, and how late each
+worker's event loop runs.
+
+Each worker keeps its own metrics and serves them on a port of its own on the
+loopback interface; the supervisor serves the admin port, where one scrape
+covers every worker (`WorkerMetrics`): samples of the same name and labels are
+added up, as Prometheus' own multiprocess mode does, and the loop lag keeps a
+`worker` label, since a busy loop is one worker's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
 
 from contextfold.v1 import injection_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 # From a cached embedding to a provider's full timeout.
@@ -57,9 +66,20 @@ class _EmbedderCollector(Collector):
             yield CounterMetricFamily(f"contextfold_embedding_{name}", _EMBEDDING_HELP[name], value=value)
 
 
+# Loop lag: a healthy loop is late by well under a millisecond; a quarter second is an outage.
+_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, worker: int = 0) -> None:
         self.registry = CollectorRegistry()
+        self.loop_lag = Histogram(
+            "contextfold_event_loop_lag_seconds",
+            "How late each worker's event loop woke a task that asked to wake on time: every call waits that long",
+            ["worker"],
+            buckets=_LAG_BUCKETS,
+            registry=self.registry,
+        ).labels(str(worker))
         self.calls = Counter(
             "contextfold_calls", "Calls by method and status code", ["method", "code"], registry=self.registry
         )
@@ -115,3 +135,34 @@ class Metrics:
         """Serve /metrics on `host:port` (0 picks a port) from a thread; the port."""
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return server.server_port
+
+
+class WorkerMetrics(Collector):
+    """Every worker's metrics, read from their own endpoints at each scrape and added up."""
+
+    def __init__(self, endpoints: Callable[[], Iterable[str]], timeout: float = 2.0) -> None:
+        self._endpoints = endpoints
+        self._timeout = timeout
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for endpoint in self._endpoints():
+            try:
+                with urllib.request.urlopen(endpoint, timeout=self._timeout) as response:
+                    text = response.read().decode()
+            except OSError:
+                continue  # a worker starting or restarting: the next scrape has it
+            for family in text_string_to_metric_families(text):
+                merged = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+                samples = values.setdefault(family.name, {})
+                for sample in family.samples:
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    if sample.name.endswith("_created"):
+                        samples[key] = min(samples.get(key, sample.value), sample.value)
+                    else:
+                        samples[key] = samples.get(key, 0.0) + sample.value
+        for name, merged in families.items():
+            for (sample_name, labels), value in values[name].items():
+                merged.add_sample(sample_name, dict(labels), value)
+            yield merged

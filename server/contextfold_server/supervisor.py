@@ -1,0 +1,236 @@
+"""`contextfold serve`: one worker process per core on one port, and what they share.
+
+Python runs one event loop on one core at a time, so the service runs `--workers`
+server processes (`process.py`), each with its own loop, connection pool, model
+and sandbox, all listening on the same port: the kernel spreads connections over
+them (SO_REUSEPORT, as gRPC's multiprocessing example does). This process starts
+what they share and no gRPC of its own: the embedded Postgres (once), the local
+model's cached export (once, before the workers would race for it), the port
+(held, so `--port 0` names one port for all), and the admin port, where one scrape
+of /metrics covers every worker. It forwards SIGTERM and SIGINT, so every worker
+drains; it replaces a worker that dies while serving, and gives up, exiting
+non-zero, when one cannot start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from .config import Config, parse_config
+from .observe.logs import configure_logging
+from .observe.metrics import WorkerMetrics
+from .postgres.embedded import start_embedded_postgres
+from .process import run_worker
+
+logger = logging.getLogger("contextfold")
+
+# Spawned, not forked: a worker starts as a fresh interpreter, so nothing this process
+# holds (threads, locks, the embedded Postgres' handles) is copied into it half-made.
+_CONTEXT = multiprocessing.get_context("spawn")
+# How long past its drain and grace a worker may take to stop before it is killed.
+_STOP_MARGIN = 10.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: BaseProcess
+    reports: Connection
+    admin_port: int | None = None
+    serving: bool = False
+    served: bool = False
+    # Whether its end of the pipe is still open (it closes as the worker exits).
+    reporting: bool = True
+
+
+@dataclass
+class _Supervisor:
+    config: Config
+    database_url: str
+    port: int
+    workers: dict[int, _Worker] = field(default_factory=dict)
+    # When stopping: the time by which every worker must have stopped (time.monotonic()).
+    stop_by: float | None = None
+    announced: bool = False
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_by is not None
+
+    def spawn(self, index: int) -> None:
+        reports, child_end = _CONTEXT.Pipe(duplex=False)
+        process = _CONTEXT.Process(
+            target=run_worker,
+            args=(self.config, self.database_url, self.port, index, child_end),
+            name=f"contextfold-worker-{index}",
+        )
+        process.start()
+        child_end.close()
+        self.workers[index] = _Worker(index, process, reports)
+
+    def metrics_endpoints(self) -> list[str]:
+        ports = [worker.admin_port for worker in list(self.workers.values()) if worker.admin_port]
+        return [f"http://127.0.0.1:{port}/metrics" for port in ports]
+
+    def heard(self, worker: _Worker, message: tuple) -> None:
+        if message[0] == "listening":
+            worker.admin_port = message[1]
+            if not self.announced:
+                self.announced = True
+                logger.info(
+                    "listening on %s:%d (%s); NOT_SERVING until the database and the model are ready",
+                    self.config.host,
+                    self.port,
+                    _transport(self.config),
+                )
+        elif message[0] == "serving":
+            worker.serving = worker.served = True
+            if all(other.serving for other in self.workers.values()) and len(self.workers) == self.config.workers:
+                _, embedder, dimension = message
+                logger.info(
+                    "serving on %s:%d | workers=<%d> embedder=<%s> dimension=<%d>",
+                    self.config.host,
+                    self.port,
+                    self.config.workers,
+                    embedder,
+                    dimension,
+                )
+
+    def ended(self, worker: _Worker) -> int | None:
+        """After a worker's process ended: the supervisor's exit code when it must stop, else None."""
+        worker.process.join()
+        code = worker.process.exitcode
+        worker.reports.close()
+        del self.workers[worker.index]
+        if self.stopping:
+            return None
+        if not worker.served:
+            logger.error("worker=<%d> exit_code=<%s> | a worker could not start | stopping", worker.index, code)
+            self.stop()
+            return 1
+        logger.error("worker=<%d> exit_code=<%s> | a worker died | starting another", worker.index, code)
+        self.spawn(worker.index)
+        return None
+
+    def stop(self) -> None:
+        """Every worker drains and stops; one that has not within its drain and grace is killed."""
+        self.stop_by = time.monotonic() + self.config.drain_seconds + self.config.grace_seconds + _STOP_MARGIN
+        for worker in self.workers.values():
+            if worker.process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.process.pid, signal.SIGTERM)
+
+    def waited_on(self) -> list[Connection | int]:
+        """What the supervisor waits on for each worker: its reports while it sends them, its end."""
+        return [
+            *(worker.reports for worker in self.workers.values() if worker.reporting),
+            *(worker.process.sentinel for worker in self.workers.values()),
+        ]
+
+    def kill_the_late(self) -> None:
+        for worker in self.workers.values():
+            logger.error("worker=<%d> | a worker did not stop in time | killing it", worker.index)
+            worker.process.kill()
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(argv)
+    configure_logging(config.log_level, config.log_format)
+    sys.exit(supervise(config))
+
+
+def supervise(config: Config) -> int:
+    woken, wake = socket.socketpair()
+    wake.setblocking(False)
+    signal.set_wakeup_fd(wake.fileno())
+    requested: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        requested.append(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+
+    # The embedded Postgres first: pgserver runs initdb and postgres as another user.
+    database_url = config.database_url or start_embedded_postgres(config.data_dir)
+    if config.embedder == "local":
+        from .embedding.local import exported_model
+
+        exported_model(config.model_dir)
+    reservation, port = _reserve_port(config.host, config.port)
+    supervisor = _Supervisor(config, database_url, port)
+    if config.admin_port >= 0:
+        registry = CollectorRegistry()
+        registry.register(WorkerMetrics(supervisor.metrics_endpoints))
+        metrics_server, _ = start_http_server(config.admin_port, addr=config.admin_host, registry=registry)
+        logger.info("metrics on http://%s:%d/metrics", config.admin_host, metrics_server.server_port)
+    for index in range(config.workers):
+        supervisor.spawn(index)
+
+    exit_code = 0
+    with reservation, woken, wake:
+        while supervisor.workers:
+            left = None if supervisor.stop_by is None else max(0.0, supervisor.stop_by - time.monotonic())
+            ready = wait([woken, *supervisor.waited_on()], timeout=left)
+            if not ready and supervisor.stopping:
+                supervisor.kill_the_late()
+            if woken in ready:
+                woken.recv(64)
+            if requested and not supervisor.stopping:
+                logger.info("stopping | signal=<%s> workers=<%d>", signal.Signals(requested[0]).name, config.workers)
+                supervisor.stop()
+            for worker in list(supervisor.workers.values()):
+                if worker.reports in ready:
+                    try:
+                        supervisor.heard(worker, worker.reports.recv())
+                    except EOFError:
+                        worker.serving = worker.reporting = False
+                if worker.process.sentinel in ready:
+                    exit_code = supervisor.ended(worker) or exit_code
+    logger.info("stopped")
+    return exit_code
+
+
+def _reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
+    """Hold `host:port` (a free one for 0) with SO_REUSEPORT, so the workers can share it.
+
+    The port is first bound without SO_REUSEPORT: a port another server (say, a second
+    `make run`) already listens on is refused, rather than silently shared with it.
+    """
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise SystemExit(f"error: {host}:{port} is in use by another server") from None
+                raise
+    reservation = socket.socket(family, socket.SOCK_STREAM)
+    reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    reservation.bind(address)
+    return reservation, reservation.getsockname()[1]
+
+
+def _transport(config: Config) -> str:
+    if config.tls_client_ca_file:
+        return "mutual TLS"
+    return "TLS" if config.tls_cert_file else "plaintext"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The local model on ONNX Runtime: the vectors sentence-transformers computes, with no PyTorch at run time;
+and micro-batched embeddings: concurrent texts share model calls, each gets its own vector."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from contextfold_server.embedding.batching import BatchingEmbedder
+from contextfold_server.embedding.local import LocalEmbedder, exported_model, packaged_weights
+
+# Short and long, plain and not: what the model meets in memories and questions.
+TEST_SET = [
+    "User prefers dark mode",
+    "Which theme do I like?",
+    "The user's cat is called Miso",
+    "What is my cat called?",
+    "",
+    "   ",
+    "héllo wörld — ünïcode ✓ 日本語のテキスト",
+    "Error E1042: connection reset by peer at 03:14 UTC (incident INC-2291)",
+    "SELECT * FROM memories WHERE user_id = 'ada';",
+    "The quarterly report is due on the first Monday of March. " * 40,
+    "x" * 5000,
+    *[f"The user's note number {n}: likes green tea and long walks" for n in range(8)],
+]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> LocalEmbedder:
+    return LocalEmbedder(tmp_path_factory.mktemp("models"), threads=2)
+
+
+def test_the_onnx_model_gives_the_vectors_sentence_transformers_gives(model: LocalEmbedder) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(packaged_weights()), device="cpu").encode(TEST_SET, normalize_embeddings=True)
+    vectors = np.array(model.encode(TEST_SET))
+    cosines = (vectors * reference).sum(axis=1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosines.min() >= 0.9999, dict(zip(TEST_SET, cosines, strict=True))
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # A batch pads its texts; each one's vector is the same as alone.
+    assert np.allclose(vectors[1], model.encode([TEST_SET[1]])[0], atol=1e-5)
+
+
+def test_the_export_is_built_once_and_reused(tmp_path: Path) -> None:
+    first = exported_model(tmp_path)
+    built = first.stat().st_mtime_ns
+    assert exported_model(tmp_path) == first and first.stat().st_mtime_ns == built
+    assert [path.name for path in tmp_path.iterdir()] == [first.name], "no partial file is left behind"
+
+
+def test_the_server_embeds_without_pytorch(tmp_path: Path) -> None:
+    probe = (
+        "import sys, pathlib; from contextfold_server.embedding.local import LocalEmbedder; "
+        f"m = LocalEmbedder(pathlib.Path({str(tmp_path)!r})); m.encode(['hello']); "
+        "print(sorted({'torch', 'sentence_transformers', 'transformers'} & set(sys.modules)))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_concurrent_texts_share_model_calls_and_get_their_own_vectors(model: LocalEmbedder) -> None:
+    async def run() -> None:
+        batching = BatchingEmbedder(model)
+        texts = TEST_SET[-8:] + [f"Another note, number {n}" for n in range(16)]
+
+        together = await asyncio.gather(*(batching.embed([text]) for text in texts))
+        alone = [await model.embed([text]) for text in texts]
+
+        # Texts that arrive while the model is busy (or before it starts) go in together.
+        assert batching.model_calls <= 2
+        assert np.allclose(np.array(together), np.array(alone), atol=1e-4)
+
+        # A text seen before is not embedded again; the vector is the same.
+        calls = batching.model_calls
+        again = await batching.embed([texts[3], "a text never seen"])
+        assert batching.model_calls == calls + 1
+        assert batching.cache_hits == 1
+        assert again[0] == together[3][0]
+
+    asyncio.run(run())
+
+
+def test_a_failing_model_fails_every_caller_in_the_batch_and_the_next_batch_works() -> None:
+    class Flaky:
+        name, dimension = "flaky", 2
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def embed(self, texts: list[str]) -> list[list[float]]:
+            self.calls += 1
+            await asyncio.sleep(0.01)
+            if self.calls == 1:
+                raise ConnectionError("the embedding service went away")
+            return [[float(len(text)), 1.0] for text in texts]
+
+        async def close(self) -> None:
+            pass
+
+    async def run() -> None:
+        batching = BatchingEmbedder(Flaky())
+        outcomes = await asyncio.gather(*(batching.embed([f"t{n}"]) for n in range(5)), return_exceptions=True)
+        assert all(isinstance(outcome, ConnectionError) for outcome in outcomes)
+        assert await batching.embed(["t1", "t22"]) == [[2.0, 1.0], [3.0, 1.0]]
+
+    asyncio.run(run())
