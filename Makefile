@@ -46,9 +46,11 @@ run: $(SERVER_READY)
 test: $(DEV_READY) $(TS_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## bench: Inject against its floor at 10,000 and 100,000 entries; the fan-out; CEL libraries compared.
+## bench: Inject against its floor and mem0 at 10,000 and 100,000 entries; health beside heavy requests;
+## the fan-out; CEL libraries compared.
 bench: $(BENCH_READY)
 	$(BIN)/python -m bench.inject
+	$(BIN)/python -m bench.neighbours
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.cel_libraries
 

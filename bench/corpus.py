@@ -4,20 +4,23 @@ Random vectors flatter or punish an index in ways real text does not: sentences
 embedded by all-MiniLM-L6-v2 lie in a space of far lower intrinsic dimension
 than random points. So the benchmark stores sentences built from templates
 (people, preferences, places, plans, tools), embedded by the model. The model
-embeds about 200 sentences a second on two cores, too slow to embed 100,000 per
-run: a base of real embeddings (`BASE`) is embedded once and cached in
+embeds several hundred sentences a second on two cores, too slow to embed 100,000 per
+run: a base of real embeddings is embedded once and cached in
 bench/results/cache, and each further entry joins two base facts, its vector the
 normalized blend of theirs, so it stays on the model's manifold.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from contextfold_server.embedding.local import LocalEmbedder
 
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
 
@@ -99,18 +102,23 @@ def blends(vectors: np.ndarray, count: int, rng: np.random.Generator) -> tuple[n
     return first, second, mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
 
 
+def local_model(threads: int | None = None) -> LocalEmbedder:
+    """The server's local model, loaded in this process (its export cached with the benchmark's)."""
+    from contextfold_server.config import available_cores
+    from contextfold_server.embedding.local import LocalEmbedder
+
+    return LocalEmbedder(CACHE / "models", threads=threads or available_cores())
+
+
 def embed(texts: list[str], name: str) -> np.ndarray:
     """The texts' unit vectors from the server's model, cached under bench/results/cache."""
     path = CACHE / f"{name}-{len(texts)}.npy"
     if path.exists():
         return np.load(path)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from contextfold_server.embedding.local import LocalEmbedder
-
-    model = LocalEmbedder()
+    model = local_model()
     started = time.perf_counter()
     vectors = np.vstack(
-        [np.asarray(model._encode(texts[i : i + 256]), dtype=np.float32) for i in range(0, len(texts), 256)]
+        [np.asarray(model.encode(texts[i : i + 64]), dtype=np.float32) for i in range(0, len(texts), 64)]
     )
     print(f"embedded {len(texts):,} {name} in {time.perf_counter() - started:.0f} s (cached in {path})")
     CACHE.mkdir(parents=True, exist_ok=True)

@@ -6,17 +6,21 @@ bench/corpus.py; their vectors supplied by the caller), then measures, in one ru
 so ratios hold on any machine:
 
 - the floor, the work no `Inject` can avoid, done alone: the query's embedding (the
-  server's model, loaded in this process; one text, and 64 at a time), the SQL
-  search (the server's nearest-neighbour query, straight to Postgres; 1 and 16
-  connections), the cheapest gRPC call (GetMemory), and Postgres taking entries by
-  COPY with and without the vector index;
+  server's ONNX model, loaded in this process with the threads a worker gives it, which
+  are all the cores here; and 64 texts at a time), the SQL search (the server's nearest-neighbour
+  query, straight to Postgres; 1 and 16 connections), the cheapest gRPC call
+  (GetMemory), and Postgres taking entries by COPY with and without the vector index;
 - `Inject` with a supplied query vector and with server-side embedding, for 1 and
-  16 concurrent callers, and with two providers that each take 100 ms; with one
-  caller, each `Inject` takes turns with its floor (the SQL search alone, the
-  embedding alone), so a noisy machine's drift touches both alike;
+  16 concurrent callers (each on a connection of its own, as separate agents are, so
+  the server's workers share them), against the server as `make run` starts it (a
+  worker per core), and once against one worker; and with two providers that each
+  take 100 ms; with one caller, each `Inject` takes turns with its floor (the SQL
+  search alone, the embedding alone), so a noisy machine's drift touches both alike;
+- a peer: mem0's in-process `Memory.search` on the same entries, in the same Postgres,
+  with the same model on PyTorch (bench/mem0.py; not with --quick);
 - bulk `AddMemories` with supplied vectors (the fill) and with server embedding;
 - recall@5 of the indexed search against exact search, unscoped and scoped to a user;
-- with `--soak SECONDS`, the server's resident memory under steady mixed load.
+- with `--soak SECONDS`, the server's resident memory (every process of it) under steady mixed load.
 
     .venv/bin/python -m bench.inject                 # 10,000 and 100,000 entries (make bench)
     .venv/bin/python -m bench.inject --quick         # 10,000 entries, fewer calls (make bench-quick)
@@ -42,13 +46,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import grpc
 import numpy as np
+import psutil
 import psycopg
 from contextfold import AsyncClient
+from contextfold_server.config import available_cores
 from contextfold_server.memory.store import SEARCH_SETTINGS
 from pgvector.psycopg import register_vector, register_vector_async
 
-from bench import corpus
+from bench import corpus, mem0
 from bench.fanout import percentile
 from tests.servers import Postgres, ServerProcess, provider_fixtures, start_server
 
@@ -178,13 +185,13 @@ class Floor:
     """The work an `Inject` cannot avoid, done alone in this process: the model embedding the query
     (the server's model, loaded here), and the nearest-neighbour query sent straight to Postgres."""
 
-    def __init__(self, database_url: str, data: Data) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from contextfold_server.embedding.local import LocalEmbedder
-
+    def __init__(self, database_url: str, data: Data, threads: int) -> None:
         self.data = data
-        self.model = LocalEmbedder()
-        self.model._encode(data.questions[:5])
+        # The model as one worker runs it, and (the same, on every core) for batches.
+        self.model = corpus.local_model(threads)
+        self.model.encode(data.questions[:5])
+        self.batch_model = corpus.local_model()
+        self.batch_model.encode(data.questions[:5])
         self.conn = psycopg.connect(database_url, autocommit=True)
         register_vector(self.conn)
         self.conn.execute(SEARCH_SETTINGS)
@@ -194,7 +201,7 @@ class Floor:
 
     def embed(self, n: int) -> float:
         started = time.perf_counter()
-        self.model._encode([f"{self.data.questions[n % len(self.data.questions)]} (floor {n})"])
+        self.model.encode([f"{self.data.questions[n % len(self.data.questions)]} (floor {n})"])
         return time.perf_counter() - started
 
     def search(self, n: int) -> float:
@@ -209,7 +216,7 @@ class Floor:
         for n in range(4):
             texts = [f"Embedded fact {n}-{i}: the user mentioned plan {i * 31 + n}" for i in range(BATCH)]
             started = time.perf_counter()
-            self.model._encode(texts)
+            self.batch_model.encode(texts)
             batches.append(time.perf_counter() - started)
         model_rate = row(f"floor: embedding alone, {BATCH} at a time", entries, 1, batches, sum(batches))
         model_rate.per_second = round(BATCH * len(batches) / sum(batches), 1)
@@ -313,19 +320,34 @@ async def insert_floor(database_url: str, data: Data, entries: int, indexed: boo
     return result
 
 
+def separate_connections(address: str, count: int) -> list[AsyncClient]:
+    """Clients on connections of their own, as separate agents are: the kernel spreads connections
+    (not calls) over the server's workers."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    return [AsyncClient(channel=grpc.aio.insecure_channel(address, options=options), timeout=120) for _ in range(count)]
+
+
+def supplied_vector(clients: list[AsyncClient], data: Data) -> Callable[[int], Awaitable[object]]:
+    """An Inject with the caller's query vector, the n-th call on the n-th client (round robin)."""
+
+    def call(n: int) -> Awaitable[object]:
+        vector = data.queries[n % len(data.queries)].tolist()
+        return clients[n % len(clients)].inject(ASK, stores=[STORE], query_vector=vector)
+
+    return call
+
+
 async def inject_rows(
-    cf: AsyncClient, data: Data, floor: Floor, entries: int, calls: int, providers: bool
+    clients: list[AsyncClient], data: Data, floor: Floor, entries: int, calls: int, providers: bool
 ) -> list[Row]:
     rows: list[Row] = []
     queries = data.queries
-
-    def supplied(n: int) -> Awaitable[object]:
-        return cf.inject(ASK, stores=[STORE], query_vector=queries[n % len(queries)].tolist())
-
     stages: dict[str, list[float]] = {"embed": [], "search": []}
 
+    supplied = supplied_vector(clients, data)
+
     async def embedded(n: int) -> object:
-        result = await cf.inject(fresh_question(data, n), stores=[STORE])
+        result = await clients[n % len(clients)].inject(fresh_question(data, n), stores=[STORE])
         for stage, samples in stages.items():
             duration = result.report.stage_durations[stage]
             samples.append(duration.seconds + duration.nanos / 1e9)
@@ -334,7 +356,9 @@ async def inject_rows(
     def scoped(n: int) -> Awaitable[object]:
         vector = queries[n % len(queries)].tolist()
         scope = {"user_id": f"user-{n % USERS}"}
-        return cf.search_memories(stores=[STORE], query_vector=vector, max_results=5, scope=scope)
+        return clients[n % len(clients)].search_memories(
+            stores=[STORE], query_vector=vector, max_results=5, scope=scope
+        )
 
     for name, call, alone in (
         ("Inject, supplied vector", supplied, ("floor: SQL search alone", floor.search)),
@@ -361,7 +385,7 @@ async def inject_rows(
         app_state = {"texts": {"a": "<a/>", "b": "<b/>"}, "delays": {"a": PROVIDER_DELAY, "b": PROVIDER_DELAY}}
 
         def fanned(n: int) -> Awaitable[object]:
-            return cf.inject(
+            return clients[n % len(clients)].inject(
                 ASK,
                 stores=[STORE],
                 query_vector=queries[n % len(queries)].tolist(),
@@ -400,21 +424,19 @@ def fresh_question(data: Data, n: int) -> list[dict]:
 
 
 def resident_mb(pid: int) -> float:
-    """The process's resident set size, from /proc."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    """The resident set size of the server: the supervisor, its workers and their sandboxes."""
+    server = psutil.Process(pid)
+    return sum(process.memory_info().rss for process in [server, *server.children(recursive=True)]) / 2**20
 
 
-async def soak(cf: AsyncClient, data: Data, pid: int, seconds: float) -> dict:
+async def soak(clients: list[AsyncClient], data: Data, pid: int, seconds: float) -> dict:
     """16 callers for `seconds`, a steady mix of every kind of call; the server's resident memory every 10 s."""
     ends = time.monotonic() + seconds
     calls = 0
 
     async def caller(me: int) -> None:
         nonlocal calls
-        n = me
+        n, cf = me, clients[me % len(clients)]
         while time.monotonic() < ends:
             vector = data.queries[n % len(data.queries)].tolist()
             kind = n % 8
@@ -458,44 +480,71 @@ async def soak(cf: AsyncClient, data: Data, pid: int, seconds: float) -> dict:
 
 
 def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict | None) -> list[str]:
-    """Each target of the issue beside what this run measured, and the floor it is bounded by."""
-    largest = max(r.entries for r in rows)
+    """Each target beside what this run measured, and the floor it is bounded by (in brackets)."""
+    sizes = sorted({r.entries for r in rows if r.case == "Inject, server embedding"})
+    largest = max(sizes)
     embedded_at = max(r.entries for r in rows if r.case.startswith("AddMemories, server"))
 
-    def find(case: str, callers: int = 1, entries: int = largest) -> Row:
-        return next(r for r in rows if r.case == case and r.callers == callers and r.entries == entries)
+    def find(case: str, callers: int = 1, entries: int = largest) -> Row | None:
+        return next((r for r in rows if r.case == case and r.callers == callers and r.entries == entries), None)
 
-    embed = find("floor: embedding alone")
-    search = find("floor: SQL search alone")
-    grpc_floor = find("floor: a gRPC call (GetMemory)")
-    served = find("Inject, server embedding")
-    supplied = find("Inject, supplied vector")
-    scoped = find("SearchMemories, scoped to 1 user of 100")
-    ratio = served.p50_ms / (embed.p50_ms + search.p50_ms)
-    lines = [
-        f"Inject, server embedding, p50 <= 1.2 x (embedding + search): {ratio:.2f} x"
-        f" ({served.p50_ms:g} ms; {embed.p50_ms:g} + {search.p50_ms:g} ms)",
-        f"Inject, supplied vector, {largest:,} entries, p50 <= 3 ms: {supplied.p50_ms:g} ms"
-        f" (a gRPC call alone {grpc_floor.p50_ms:g} ms + the SQL search alone {search.p50_ms:g} ms)",
-        f"Inject, supplied vector, 16 callers, >= 800/s: {find('Inject, supplied vector', 16).per_second:g}/s"
-        f" (Postgres alone, 16 connections: {find('floor: SQL search alone', 16).per_second:g}/s;"
-        f" GetMemory: {find('floor: a gRPC call (GetMemory)', 16).per_second:g}/s)",
-        f"Inject, server embedding, 16 callers, >= 250/s: {find('Inject, server embedding', 16).per_second:g}/s"
-        f" (the model alone, {BATCH} at a time: {find(f'floor: embedding alone, {BATCH} at a time').per_second:g}"
-        " texts/s)",
-        "AddMemories, server embedding, >= 500/s:"
-        f" {find('AddMemories, server embedding (100/batch)', 2, embedded_at).per_second:g}/s"
-        f" (the model alone: {find(f'floor: embedding alone, {BATCH} at a time').per_second:g} texts/s)",
-        "AddMemories, supplied vectors, >= 10,000/s:"
-        f" {find('AddMemories, supplied vectors (500/batch)', 4).per_second:g}/s",
+    def must(case: str, callers: int = 1, entries: int = largest) -> Row:
+        found = find(case, callers, entries)
+        assert found is not None, f"no row {case!r}, {callers} callers, {entries} entries"
+        return found
+
+    def verdict(measured: float, bound: float, at_most: bool = True) -> str:
+        met = measured <= bound if at_most else measured >= bound
+        return "met" if met else "MISSED"
+
+    batch_rate = must(f"floor: embedding alone, {BATCH} at a time").per_second
+    copy_rate = must("floor: Postgres COPY, with the vector index", 4).per_second
+    lines = []
+    for entries in sizes:
+        embed, search = must("floor: embedding alone", 1, entries), must("floor: SQL search alone", 1, entries)
+        served = must("Inject, server embedding", 1, entries)
+        ratio = served.p50_ms / (embed.p50_ms + search.p50_ms)
+        lines.append(
+            f"{entries:,} entries, Inject with server embedding, p50 <= 1.2 x (embedding + search):"
+            f" {ratio:.2f} x, {verdict(ratio, 1.2)} ({served.p50_ms:g} ms; {embed.p50_ms:g} + {search.p50_ms:g} ms)"
+        )
+        peer = find("peer: mem0 Memory.search, in-process", 1, entries)
+        if peer:
+            share = served.p50_ms / peer.p50_ms
+            lines.append(
+                f"{entries:,} entries, Inject with server embedding, p50 <= 0.6 x mem0's in-process search:"
+                f" {share:.2f} x, {verdict(share, 0.6)} ({served.p50_ms:g} ms; mem0 {peer.p50_ms:g} ms)"
+            )
+        supplied, postgres = must("Inject, supplied vector", 16, entries), must("floor: SQL search alone", 16, entries)
+        share = supplied.per_second / postgres.per_second
+        one_worker = find("Inject, supplied vector, 1 worker", 16, entries)
+        lines.append(
+            f"{entries:,} entries, 16 callers, supplied vectors, Inject/s >= 0.8 x Postgres alone: {share:.2f} x,"
+            f" {verdict(share, 0.8, at_most=False)} ({supplied.per_second:g}/s; Postgres alone"
+            f" {postgres.per_second:g}/s" + (f"; one worker {one_worker.per_second:g}/s)" if one_worker else ")")
+        )
+        embedded = must("Inject, server embedding", 16, entries)
+        share = embedded.per_second / batch_rate
+        lines.append(
+            f"{entries:,} entries, 16 callers, server embedding, Inject/s >= 0.7 x the model's batched texts/s:"
+            f" {share:.2f} x, {verdict(share, 0.7, at_most=False)} ({embedded.per_second:g}/s; the model alone,"
+            f" {BATCH} at a time on every core, {batch_rate:g} texts/s)"
+        )
+    scoped = must("SearchMemories, scoped to 1 user of 100")
+    lines += [
         f"Scoped search, {largest:,} entries, recall@5 >= 0.95 and p99 <= 20 ms:"
         f" {recall[largest]['scoped']:.3f}, {scoped.p99_ms:g} ms",
+        "AddMemories, server embedding:"
+        f" {must('AddMemories, server embedding (100/batch)', 2, embedded_at).per_second:g}/s"
+        f" (the model alone: {batch_rate:g} texts/s)",
+        f"AddMemories, supplied vectors: {must('AddMemories, supplied vectors (500/batch)', 4).per_second:g}/s"
+        f" (Postgres alone by COPY with the vector index: {copy_rate:g}/s)",
     ]
     if soaked:
         growth = soaked["rss_last_mb"] - soaked["rss_settled_first_mb"]
         lines.append(
             f"Resident memory flat over {soaked['seconds']} s: {growth:+.1f} MB after warm-up"
-            f" ({soaked['rss_settled_first_mb']} -> {soaked['rss_last_mb']} MB)"
+            f" ({soaked['rss_settled_first_mb']} -> {soaked['rss_last_mb']} MB, every process of the server)"
         )
     return lines
 
@@ -548,12 +597,38 @@ def plot(rows: list[Row], path: Path) -> None:
     path.write_text("\n".join(parts) + "\n")
 
 
+async def one_worker_row(args: argparse.Namespace, database_url: str, data: Data, entries: int) -> Row:
+    """16 callers with supplied vectors against one worker, on the same database: what the workers add."""
+    with tempfile.TemporaryDirectory() as scratch:
+        server = start_server(Path(scratch) / "server.log", "--database-url", database_url, workers=1)
+        clients = separate_connections(server.address, 16)
+        try:
+            call = supplied_vector(clients, data)
+            await timed(call, 16, 64)
+            samples, seconds = await timed(call, 16, args.calls * 4)
+        finally:
+            for client in clients:
+                await client.close()
+            server.stop()
+    return row("Inject, supplied vector, 1 worker", entries, 16, samples, seconds)
+
+
+def mem0_row(database_url: str, data: Data, entries: int, calls: int) -> Row:
+    """The peer: mem0's in-process search on the same entries (one caller)."""
+    found = mem0.search_latency(database_url, data.texts[:entries], data.vectors[:entries], data.questions, calls)
+    peer = Row("peer: mem0 Memory.search, in-process", entries, 1, found["calls"], 0, 0, 0, 0)
+    peer.p50_ms, peer.p95_ms, peer.p99_ms = (round(found[f"search_{q}_ms"], 2) for q in ("p50", "p95", "p99"))
+    peer.per_second = round(1000 / found["mean_ms"], 1)
+    return peer
+
+
 async def measure(args: argparse.Namespace, server: ServerProcess, database_url: str, port: int) -> dict:
     data = Data.make(args.sizes[-1], args.base, args.calls)
     rows: list[Row] = []
     recall: dict[int, dict[str, float]] = {}
     soaked = None
-    floor = Floor(database_url, data)
+    floor = Floor(database_url, data, threads=min(available_cores(), 4))
+    clients = separate_connections(server.address, 16)
     try:
         async with AsyncClient(server.address, timeout=120) as cf:
             await cf.create_store(STORE)
@@ -571,15 +646,20 @@ async def measure(args: argparse.Namespace, server: ServerProcess, database_url:
                 floors, recall[entries] = floor.rows(entries, args.calls)
                 rows += floors
                 rows += await concurrent_floor_rows(cf, database_url, data, entries, args.calls)
-                rows += await inject_rows(cf, data, floor, entries, args.calls, providers=entries == args.sizes[0])
+                rows += await inject_rows(clients, data, floor, entries, args.calls, providers=entries == args.sizes[0])
+                rows.append(await one_worker_row(args, database_url, data, entries))
+                if args.peers:
+                    rows.append(mem0_row(database_url, data, entries, args.calls))
                 rows.append(fill_row)
                 # Last, as it leaves dead index entries until its vacuum.
                 for indexed in (True, False):
                     rows.append(await insert_floor(database_url, data, entries, indexed))
             rows.append(await bulk_embedded(cf, args.sizes[-1], args.embedded))
             if args.soak:
-                soaked = await soak(cf, data, server.process.pid, args.soak)
+                soaked = await soak(clients, data, server.process.pid, args.soak)
     finally:
+        for client in clients:
+            await client.close()
         floor.close()
     return {"rows": [asdict(r) for r in rows], "recall_at_5": recall, "soak": soaked}
 
@@ -600,17 +680,21 @@ def main() -> None:
         "--base", type=int, default=10_000, help="entries embedded by the model; the rest blend two of them"
     )
     parser.add_argument("--soak", type=float, default=0, help="then this many seconds of mixed load, watching RSS")
+    parser.add_argument(
+        "--workers", type=int, default=available_cores(), help="the server's workers (default: as `make run`)"
+    )
+    parser.add_argument("--no-peers", dest="peers", action="store_false", help="leave mem0 out")
     parser.add_argument("--quick", action="store_true", help="10,000 entries and fewer calls (make bench-quick)")
     parser.add_argument("--json", type=Path, default=RESULTS / "inject.json")
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.calls, args.embedded, args.base = [10_000], 60, 300, 2_000
+        args.sizes, args.calls, args.embedded, args.base, args.peers = [10_000], 60, 300, 2_000, False
         args.json = RESULTS / "inject-quick.json"
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         database = Postgres(Path(scratch) / "pgdata")
-        server = start_server(Path(scratch) / "server.log", "--database-url", database.url)
+        server = start_server(Path(scratch) / "server.log", "--database-url", database.url, workers=args.workers)
         try:
             with provider_fixtures() as ports:
                 started = time.perf_counter()
@@ -621,7 +705,10 @@ def main() -> None:
 
     rows = [Row(**r) for r in results["rows"]]
     recall = {int(k): v for k, v in results["recall_at_5"].items()}
-    machine = f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    machine = (
+        f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()};"
+        f" the server with {args.workers} workers"
+    )
     print(f"contextfold Inject benchmark on {machine}")
     print(table(rows, recall, results["soak"]))
     print("\ntargets (measured in this run; the floor each is bounded by in brackets):")

@@ -415,3 +415,27 @@ def test_with_no_text_in_the_target_the_first_block_has_no_separator_and_the_nex
         '<memory>\n<entry source="s">fact</entry>\n</memory>',
         "\n\n<now/>",
     ]
+
+
+def test_a_budget_renders_memory_a_handful_of_times_not_once_per_entry() -> None:
+    entries = [RetrievedEntry(f"m{i}", "kb", f"fact number {i} about the user's garden", 0.9) for i in range(100)]
+
+    async def search(query: SearchQuery) -> SearchResult:
+        return SearchResult(entries)
+
+    class CountingRenders(NoCustomizations):
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        async def render(self, template: str, shown) -> str:
+            self.sizes.append(len(shown))
+            return "\n".join(entry.content for entry in shown)
+
+    renders = CountingRenders()
+    budget = count_tokens("\n\n" + "\n".join(entry.content for entry in entries[:37]))
+    request = InjectionRequest(memory=MemoryRequest(max_entries=100, format_template="t"), max_tokens=budget)
+    outcome = run([Turn(USER, ("q",))], search, request, customizer=renders)
+
+    assert [len(block.entry_ids) for block in outcome.blocks] == [37]
+    assert outcome.total_tokens <= budget
+    assert len(renders.sizes) <= 10, renders.sizes

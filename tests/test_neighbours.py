@@ -10,21 +10,15 @@ machine; `make bench` reports the p99 against its 50 ms target.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-import grpc
 import pytest
-from contextfold import Client, InvalidArgument
-from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
+from contextfold import Client
 from contextfold_server.observe.loop_lag import LoopLagMonitor
 
-from .conftest import unique, user
-from .servers import ROOT, ServerProcess, provider_fixtures, serving
+from .heavy_requests import HEAVY, SECONDS_EACH, probing, registered_large_providers
+from .servers import ServerProcess, serving
 
 STALL = 0.25
 
@@ -43,92 +37,8 @@ def cf(lone_worker: ServerProcess) -> Iterator[Client]:
 
 @pytest.fixture(scope="module")
 def large_providers(cf: Client) -> Iterator[dict]:
-    """Three providers that each answer 900 KB of words (within the 1 MiB limit)."""
-    with provider_fixtures() as ports:
-        names = [unique("large") for _ in range(3)]
-        for name in names:
-            cf.register_provider(name, f"127.0.0.1:{ports['scripted']}", timeout=20)
-        yield {"providers": names, "app_state": {"texts": dict.fromkeys(names, "@large")}}
-        for name in names:
-            cf.delete_provider(name)
-
-
-@contextlib.contextmanager
-def probing(server: ServerProcess) -> Iterator[list[float]]:
-    """Health latencies measured from another connection for as long as the block runs."""
-    probe = subprocess.Popen(
-        [sys.executable, "-m", "tests.health_probe", server.address],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    latencies: list[float] = []
-    try:
-        assert probe.stdout is not None and probe.stdout.readline() == "probing\n"
-        yield latencies
-    finally:
-        out, _ = probe.communicate("", timeout=60)
-    latencies.extend(json.loads(out))
-
-
-def a_conversation_at_the_limits() -> list[dict]:
-    """2,000 messages, 20,000 blocks, 3.5 MB of text: within every limit."""
-    words = "the user asked about the deployment of the service again " * 3
-    return [
-        {"role": "user" if n % 2 == 0 else "assistant", "content": [{"text": words} for _ in range(10)]}
-        for n in range(2000)
-    ]
-
-
-def call_with_raw_stub(server: ServerProcess, request: injection_pb2.InjectRequest) -> grpc.StatusCode:
-    with grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", -1)]) as channel:
-        try:
-            injection_pb2_grpc.InjectionServiceStub(channel).Inject(request, timeout=60)
-        except grpc.RpcError as error:
-            return error.code()
-    return grpc.StatusCode.OK
-
-
-def refused(call: Callable[[], object]) -> None:
-    with pytest.raises(InvalidArgument):
-        call()
-
-
-HEAVY: dict[str, Callable[[Client, ServerProcess, dict], object]] = {
-    "a budget enforced over three 900 KB provider answers, coalesced": lambda cf, server, large: cf.inject(
-        [user("go")], max_tokens=50, coalesce=True, **large
-    ),
-    "three 900 KB provider answers folded whole": lambda cf, server, large: cf.inject([user("go")], **large),
-    "a conversation at the limits, with a query expression": lambda cf, server, large: cf.inject(
-        a_conversation_at_the_limits(), query_expression="latest_user_text"
-    ),
-    "a conversation over the block limit": lambda cf, server, large: refused(
-        lambda: cf.inject([{"role": "user", "content": [{"text": "x"} for _ in range(30_000)]}])
-    ),
-    "twenty thousand provider names": lambda cf, server, large: refused(
-        lambda: cf.inject([user("go")], providers=[f"p{n}" for n in range(20_000)])
-    ),
-    "a template that builds a huge constant as it compiles": lambda cf, server, large: refused(
-        lambda: cf.inject([user("go")], format_template="{{ 'ab'|center(300000000) }}")
-    ),
-    "an expression that runs past its time": lambda cf, server, large: cf.inject(
-        [user("go")],
-        query_expression="app_state.s.split('').map(c, app_state.s + app_state.s).join('')",
-        app_state={"s": "x" * 20_000},
-    ),
-    "4 MiB of tiny blocks, refused once parsed": lambda cf, server, large: call_with_raw_stub(
-        server,
-        injection_pb2.InjectRequest(
-            messages=[
-                conversation_pb2.Message(role=conversation_pb2.ROLE_USER, content=[{"text": "x"}] * 400)
-                for _ in range(1000)
-            ]
-        ),
-    ),
-}
-# Each kind of request is made again and again for this long, so the probe sees it through.
-SECONDS_EACH = 1.0
+    with registered_large_providers(cf) as options:
+        yield options
 
 
 @pytest.mark.parametrize("heavy", list(HEAVY), ids=list(HEAVY))

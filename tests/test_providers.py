@@ -133,6 +133,9 @@ def test_providers_are_registered_listed_updated_and_deleted(cf: Client, registe
         (lambda cf: cf.register_provider("p", "127.0.0.1:1", max_tokens=-1), "provider.max_tokens"),
         (lambda cf: cf.inject([user("x")], max_tokens=-5), "max_tokens"),
         (lambda cf: cf.inject([user("x")], providers=["a", "a"]), "providers"),
+        (lambda cf: cf.inject([user("x")], providers=["clock", "memory"]), "providers[1]"),
+        (lambda cf: cf.inject([user("x")], providers=[""]), "providers[0]"),
+        (lambda cf: cf.inject([user("x")], providers=[f"p{n}" for n in range(101)]), "providers"),
     ],
 )
 def test_bad_registrations_and_requests_name_the_field(cf: Client, call, field) -> None:

@@ -71,7 +71,9 @@ def test_every_worker_serves_and_one_scrape_counts_them_all(workers: ServerProce
     clients = separate_connections(workers.address, 8 * count)
     try:
         for cf in clients:
-            assert "green" in json.dumps(cf.inject([user("What colour do I like?")], stores=[store]).messages)
+            # An expression too, so every worker's sandbox runs one.
+            result = cf.inject([user("What colour do I like?")], stores=[store], query_expression="latest_user_text")
+            assert "green" in json.dumps(result.messages)
     finally:
         for cf in clients:
             cf.close()

@@ -85,7 +85,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         "--embedding-threads",
         int,
         0,
-        help="cores each worker's local model uses per batch (default: the cores available over the workers)",
+        help="threads each worker's local model uses per batch (default: the cores available, at most 4);"
+        " idle ones sleep, so workers sharing cores cost little, and one query embeds in less time",
     )
     option("--openai-base-url", default="https://api.openai.com/v1")
     option("--openai-model", default="text-embedding-3-small")
@@ -162,7 +163,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
         workers=max(1, args.workers),
         model_dir=args.model_dir,
-        embedding_threads=args.embedding_threads or max(1, available_cores() // max(1, args.workers)),
+        embedding_threads=args.embedding_threads or min(available_cores(), 4),
     )
 
 

@@ -28,6 +28,8 @@ MAX_ENTRIES_LIMIT = 100
 # Stores a search names, providers an Inject names.
 MAX_STORES_NAMED = 100
 MAX_PROVIDERS_NAMED = 100
+# An Inject's app state goes to every provider it asks: a state, not a store.
+MAX_APP_STATE_BYTES = 256 * 1024
 MAX_SEARCH_RESULTS = 100
 MAX_BATCH = 1000
 # An entry is a fact to recall, not a document: 16 KiB of text (the model reads the first 256 tokens).

@@ -31,6 +31,7 @@ from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from .caller import CALLER
 from .readiness import Readiness
+from .shape import check_inject_shape
 from .status import abort_with
 
 INJECT = "/contextfold.v1.InjectionService/Inject"
@@ -77,7 +78,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         if handler is None or handler.unary_unary is None or not method.startswith("/contextfold."):
             return handler
         behavior: Behavior = handler.unary_unary
-        codec = _Codec(handler.request_deserializer, handler.response_serializer)
+        codec = _Codec(handler.request_deserializer, handler.response_serializer, _SHAPE_CHECKS.get(method))
 
         # Bytes in, bytes out: the pipeline decodes and encodes, so a large message is
         # parsed off the event loop and one that does not parse is the caller's error.
@@ -180,16 +181,24 @@ class _Codec:
 
     protobuf's C parser holds the interpreter for a whole message, on whatever thread
     it runs, so a thread would not free the event loop: what bounds the time instead
-    is the request size limit and the content-block cap (`checks.MAX_CONTENT_BLOCKS`),
-    which keep the worst case to a few tens of milliseconds here. Decoding here rather
-    than in gRPC makes a message that does not parse the caller's INVALID_ARGUMENT.
+    is the request size limit and the caps on what a request holds, checked on a large
+    Inject before it is parsed (`shape.py`). Decoding here rather than in gRPC makes a
+    message that does not parse the caller's INVALID_ARGUMENT.
     """
 
-    def __init__(self, decode: Callable[[bytes], Any], encode: Callable[[Any], bytes]) -> None:
+    def __init__(
+        self,
+        decode: Callable[[bytes], Any],
+        encode: Callable[[Any], bytes],
+        check_shape: Callable[[bytes], None] | None,
+    ) -> None:
         self._decode = decode
         self._encode = encode
+        self._check_shape = check_shape
 
     def decode(self, data: bytes) -> Any:
+        if self._check_shape is not None:
+            self._check_shape(data)
         try:
             return self._decode(data)
         except DecodeError as error:
@@ -197,6 +206,10 @@ class _Codec:
 
     def encode(self, response: Any) -> bytes:
         return self._encode(response)
+
+
+# Methods whose large requests are read shallowly before they are parsed.
+_SHAPE_CHECKS = {INJECT: check_inject_shape}
 
 
 def _injection_fields(report: injection_pb2.InjectionReport) -> dict[str, Any]:

@@ -26,6 +26,8 @@ class LoopLagMonitor:
         self._interval = interval
         # (when the loop woke the monitor, how late), for the last _KEPT wakes.
         self._wakes: deque[tuple[float, float]] = deque(maxlen=_KEPT)
+        # When the loop last woke the monitor late enough to be worth a word: most calls see none.
+        self._last_stall = float("-inf")
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -43,14 +45,19 @@ class LoopLagMonitor:
             woke = time.perf_counter()
             lag = max(0.0, woke - asked - self._interval)
             self._wakes.append((woke, lag))
+            if lag >= NOTEWORTHY:
+                self._last_stall = woke
             self._observe(lag)
 
     def stall_during(self, started: float, ended: float) -> float:
         """The longest stall that overlapped [started, ended] (perf_counter times), in seconds.
 
         A call that arrived while the loop was held starts right as it is let go, so a
-        stall that ended a moment before the call started counts too.
+        stall that ended a moment before the call started counts too. Only stalls worth a
+        word are looked for: when none happened since the call began, the answer is 0 at once.
         """
+        if self._last_stall < started - 2 * self._interval:
+            return 0.0
         return max(
             (lag for woke, lag in self._wakes if woke >= started - 2 * self._interval and woke - lag <= ended),
             default=0.0,
