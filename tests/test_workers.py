@@ -101,8 +101,10 @@ def test_one_embedded_postgres_and_a_worker_that_dies_is_replaced(workers: Serve
     victim = children[0]
     victim.send_signal(signal.SIGKILL)
     wait_for(lambda: "a worker died | starting another" in workers.log(), 10, what="the supervisor to see it")
+    # Health speaks for every worker: while one is replaced, the server is not all there.
+    wait_for(lambda: health_status(workers.address) == "NOT_SERVING", 5, what="NOT_SERVING while a worker starts")
     wait_for(lambda: workers.log().count("serving on") >= 2, 60, what="the replacement to serve")
-    assert health_status(workers.address) == "SERVING"
+    wait_for(lambda: health_status(workers.address) == "SERVING", 5, what="SERVING once it serves")
     with Client(workers.address, timeout=30) as cf:
         assert cf.inject([user("still there?")], max_entries=0).report.skip_reason
 

@@ -5,7 +5,8 @@ server listening at once with health NOT_SERVING, then the dependencies (the
 database, the model, the caches, the sandbox) while callers are told to retry,
 then SERVING. On SIGTERM or SIGINT: NOT_SERVING while the drain lasts, then new
 calls are refused and those in flight get the grace period to finish. Each step
-is told to the supervisor over `reports`, a pipe.
+is told to the supervisor over `reports`, a pipe, which also brings the supervisor's word
+on whether every worker serves (health speaks for them all).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ async def serve(config: Config, database_url: str, port: int, worker: int, repor
     server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
     await readiness.starting()
+    _hear_the_supervisor(reports, readiness)
     await server.start()
     # The worker's metrics, for the supervisor to gather: never on a public interface.
     reports.send(("listening", metrics.serve("127.0.0.1", 0)))
@@ -236,6 +238,24 @@ def _credentials(config: Config) -> grpc.ServerCredentials | None:
         root_certificates=client_ca,
         require_client_auth=client_ca is not None,
     )
+
+
+def _hear_the_supervisor(reports: Connection, readiness: Readiness) -> None:
+    """Follow the supervisor's word on whether every worker serves, as it arrives on the pipe."""
+    loop = asyncio.get_running_loop()
+    telling: set[asyncio.Task] = set()
+
+    def heard() -> None:
+        try:
+            _, all_serving = reports.recv()
+        except EOFError:
+            loop.remove_reader(reports.fileno())
+            return
+        task = loop.create_task(readiness.all_serving(all_serving))
+        telling.add(task)
+        task.add_done_callback(telling.discard)
+
+    loop.add_reader(reports.fileno(), heard)
 
 
 def run_worker(config: Config, database_url: str, port: int, worker: int, reports: Connection) -> None:

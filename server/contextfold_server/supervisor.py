@@ -72,7 +72,7 @@ class _Supervisor:
         return self.stop_by is not None
 
     def spawn(self, index: int) -> None:
-        reports, child_end = _CONTEXT.Pipe(duplex=False)
+        reports, child_end = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
             target=run_worker,
             args=(self.config, self.database_url, self.port, index, child_end),
@@ -100,6 +100,7 @@ class _Supervisor:
         elif message[0] == "serving":
             worker.serving = worker.served = True
             if all(other.serving for other in self.workers.values()) and len(self.workers) == self.config.workers:
+                self.tell_all_serving(True)
                 _, embedder, dimension = message
                 logger.info(
                     "serving on %s:%d | workers=<%d> embedder=<%s> dimension=<%d>",
@@ -123,8 +124,16 @@ class _Supervisor:
             self.stop()
             return 1
         logger.error("worker=<%d> exit_code=<%s> | a worker died | starting another", worker.index, code)
+        self.tell_all_serving(False)
         self.spawn(worker.index)
         return None
+
+    def tell_all_serving(self, all_serving: bool) -> None:
+        """Tell every worker whether they all serve: each one's health says so."""
+        for worker in self.workers.values():
+            if worker.reporting:
+                with contextlib.suppress(OSError):
+                    worker.reports.send(("all_serving", all_serving))
 
     def stop(self) -> None:
         """Every worker drains and stops; one that has not within its drain and grace is killed."""

@@ -2,9 +2,13 @@
 
 STARTING: listening, but the database or the model is not ready; health says
 NOT_SERVING and calls are refused with UNAVAILABLE (reason STARTING), so a
-client retries elsewhere. SERVING: health says so, calls are served. DRAINING:
-health says NOT_SERVING so that balancers stop sending calls, and the calls
-that still arrive are served until the server stops.
+client retries elsewhere. SERVING: calls are served. DRAINING: health says
+NOT_SERVING so that balancers stop sending calls, and the calls that still
+arrive are served until the server stops.
+
+Health speaks for the whole server, not one worker: a balancer's probe reaches
+one worker, but the connections it then sends may reach any. So a worker says
+SERVING only while the supervisor says every worker serves (`all_serving`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Readiness:
         self._health = health_servicer
         self._services = ("", *services)
         self.state = State.STARTING
+        self._all_serving = False
 
     @property
     def taking_calls(self) -> bool:
@@ -37,7 +42,19 @@ class Readiness:
 
     async def serving(self) -> None:
         self.state = State.SERVING
-        await self._tell_health(health_pb2.HealthCheckResponse.SERVING)
+        await self._tell_health_the_state()
+
+    async def all_serving(self, all_serving: bool) -> None:
+        """What the supervisor says of every worker: whether they all serve."""
+        self._all_serving = all_serving
+        await self._tell_health_the_state()
+
+    async def _tell_health_the_state(self) -> None:
+        if self.state is not State.DRAINING:
+            serving = self.state is State.SERVING and self._all_serving
+            await self._tell_health(
+                health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
 
     async def draining(self) -> None:
         self.state = State.DRAINING
