@@ -95,7 +95,7 @@ async def serve(config: Config, database_url: str, port: int, worker: int, repor
     server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
     await readiness.starting()
-    _hear_the_supervisor(reports, readiness)
+    _hear_the_supervisor(reports, readiness, stopping)
     await server.start()
     # The worker's metrics, for the supervisor to gather: never on a public interface.
     reports.send(("listening", metrics.serve("127.0.0.1", 0)))
@@ -240,8 +240,9 @@ def _credentials(config: Config) -> grpc.ServerCredentials | None:
     )
 
 
-def _hear_the_supervisor(reports: Connection, readiness: Readiness) -> None:
-    """Follow the supervisor's word on whether every worker serves, as it arrives on the pipe."""
+def _hear_the_supervisor(reports: Connection, readiness: Readiness, stopping: asyncio.Event) -> None:
+    """Follow the supervisor's word on whether every worker serves, as it arrives on the pipe; and
+    stop when the pipe closes: the supervisor is gone (killed, say), and a worker must not outlive it."""
     loop = asyncio.get_running_loop()
     telling: set[asyncio.Task] = set()
 
@@ -250,6 +251,8 @@ def _hear_the_supervisor(reports: Connection, readiness: Readiness) -> None:
             _, all_serving = reports.recv()
         except EOFError:
             loop.remove_reader(reports.fileno())
+            logger.warning("reason=<the supervisor is gone> | stopping")
+            stopping.set()
             return
         task = loop.create_task(readiness.all_serving(all_serving))
         telling.add(task)
