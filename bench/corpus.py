@@ -105,9 +105,9 @@ def blends(vectors: np.ndarray, count: int, rng: np.random.Generator) -> tuple[n
 def local_model(threads: int | None = None) -> LocalEmbedder:
     """The server's local model, loaded in this process (its export cached with the benchmark's)."""
     from contextfold_server.config import available_cores
-    from contextfold_server.embedding.local import LocalEmbedder
+    from contextfold_server.embedding.local import LocalEmbedder, exported_model
 
-    return LocalEmbedder(CACHE / "models", threads=threads or available_cores())
+    return LocalEmbedder(exported_model(CACHE / "models"), threads=threads or available_cores())
 
 
 def embed(texts: list[str], name: str) -> np.ndarray:

@@ -32,7 +32,7 @@ TEST_SET = [
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> LocalEmbedder:
-    return LocalEmbedder(tmp_path_factory.mktemp("models"), threads=2)
+    return LocalEmbedder(exported_model(tmp_path_factory.mktemp("models")), threads=2)
 
 
 def test_the_onnx_model_gives_the_vectors_sentence_transformers_gives(model: LocalEmbedder) -> None:
@@ -56,8 +56,8 @@ def test_the_export_is_built_once_and_reused(tmp_path: Path) -> None:
 
 def test_the_server_embeds_without_pytorch(tmp_path: Path) -> None:
     probe = (
-        "import sys, pathlib; from contextfold_server.embedding.local import LocalEmbedder; "
-        f"m = LocalEmbedder(pathlib.Path({str(tmp_path)!r})); m.encode(['hello']); "
+        "import sys, pathlib; from contextfold_server.embedding.local import LocalEmbedder, exported_model; "
+        f"m = LocalEmbedder(exported_model(pathlib.Path({str(tmp_path)!r}))); m.encode(['hello']); "
         "print(sorted({'torch', 'sentence_transformers', 'transformers'} & set(sys.modules)))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -69,7 +71,17 @@ SERVICES = (
 SERVICE_NAMES = tuple(service.full_name for service, _ in SERVICES)
 
 
-async def serve(config: Config, database_url: str, port: int, worker: int, reports: Connection) -> None:
+@dataclass(frozen=True)
+class Shared:
+    """What the supervisor starts or finds once, for every worker."""
+
+    database_url: str
+    port: int
+    # The local model's ONNX export; None with a remote embedder.
+    model: Path | None
+
+
+async def serve(config: Config, shared: Shared, worker: int, reports: Connection) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -79,8 +91,8 @@ async def serve(config: Config, database_url: str, port: int, worker: int, repor
     metrics = Metrics(worker)
     lag = LoopLagMonitor(metrics.loop_lag.observe)
     lag.start()
-    listener = ChangeListener(database_url, config.cache_reload_seconds)
-    keys = KeyRing(database_url, listener)
+    listener = ChangeListener(shared.database_url, config.cache_reload_seconds)
+    keys = KeyRing(shared.database_url, listener)
     health_servicer = health.aio.HealthServicer()
     readiness = Readiness(health_servicer, SERVICE_NAMES)
     pipeline = CallPipeline(metrics, config.max_in_flight, keys, readiness, lag)
@@ -91,7 +103,7 @@ async def serve(config: Config, database_url: str, port: int, worker: int, repor
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     credentials = _credentials(config)
-    address = f"{config.host}:{port}"
+    address = f"{config.host}:{shared.port}"
     server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
     await readiness.starting()
@@ -101,7 +113,7 @@ async def serve(config: Config, database_url: str, port: int, worker: int, repor
     reports.send(("listening", metrics.serve("127.0.0.1", 0)))
 
     async with contextlib.AsyncExitStack() as running:
-        starting = asyncio.create_task(_start(config, database_url, running, pending, listener, metrics))
+        starting = asyncio.create_task(_start(config, shared, running, pending, listener, metrics))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
@@ -131,17 +143,17 @@ async def serve(config: Config, database_url: str, port: int, worker: int, repor
 
 async def _start(
     config: Config,
-    database_url: str,
+    shared: Shared,
     running: contextlib.AsyncExitStack,
     pending: dict[str, _Pending],
     listener: ChangeListener,
     metrics: Metrics,
 ) -> BatchingEmbedder:
     """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
-    embedder_loading = asyncio.create_task(open_embedder(config))
+    embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
     running.push_async_callback(_close_embedder, embedder_loading)
-    await _wait_for_database(database_url)
-    database = await Database.open(database_url, session_settings=SEARCH_SETTINGS)
+    await _wait_for_database(shared.database_url)
+    database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS)
     running.push_async_callback(database.close)
     metrics.watch_pool(database.stats)
     store = PostgresMemoryStore(database)
@@ -163,9 +175,10 @@ async def _start(
     return embedder
 
 
-async def open_embedder(config: Config) -> BatchingEmbedder:
-    """The configured embedder, with concurrent calls batched and recent texts cached."""
-    if config.embedder == "openai":
+async def open_embedder(config: Config, model: Path | None) -> BatchingEmbedder:
+    """The configured embedder, with concurrent calls batched and recent texts cached: the local model
+    from its export (`model`), or, without one, the OpenAI-compatible endpoint."""
+    if model is None:
         from .embedding.openai_compatible import OpenAICompatibleEmbedder
 
         remote = OpenAICompatibleEmbedder(config.openai_base_url, config.openai_model, config.openai_api_key)
@@ -174,7 +187,7 @@ async def open_embedder(config: Config) -> BatchingEmbedder:
     from .embedding.local import LocalEmbedder
 
     # Loading the model takes a moment of CPU: keep it off the event loop.
-    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, config.model_dir, config.embedding_threads))
+    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads))
 
 
 async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
@@ -261,10 +274,10 @@ def _hear_the_supervisor(reports: Connection, readiness: Readiness, stopping: as
     loop.add_reader(reports.fileno(), heard)
 
 
-def run_worker(config: Config, database_url: str, port: int, worker: int, reports: Connection) -> None:
+def run_worker(config: Config, shared: Shared, worker: int, reports: Connection) -> None:
     """A worker process's entry point (the supervisor spawns it)."""
     configure_logging(config.log_level, config.log_format, worker=worker)
     try:
-        asyncio.run(serve(config, database_url, port, worker, reports))
+        asyncio.run(serve(config, shared, worker, reports))
     finally:
         reports.close()

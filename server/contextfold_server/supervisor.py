@@ -34,7 +34,7 @@ from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
 from .postgres.embedded import start_embedded_postgres
-from .process import run_worker
+from .process import Shared, run_worker
 
 logger = logging.getLogger("contextfold")
 
@@ -60,8 +60,7 @@ class _Worker:
 @dataclass
 class _Supervisor:
     config: Config
-    database_url: str
-    port: int
+    shared: Shared
     workers: dict[int, _Worker] = field(default_factory=dict)
     # When stopping: the time by which every worker must have stopped (time.monotonic()).
     stop_by: float | None = None
@@ -75,7 +74,7 @@ class _Supervisor:
         reports, child_end = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
             target=run_worker,
-            args=(self.config, self.database_url, self.port, index, child_end),
+            args=(self.config, self.shared, index, child_end),
             name=f"contextfold-worker-{index}",
         )
         process.start()
@@ -94,7 +93,7 @@ class _Supervisor:
                 logger.info(
                     "listening on %s:%d (%s); NOT_SERVING until the database and the model are ready",
                     self.config.host,
-                    self.port,
+                    self.shared.port,
                     _transport(self.config),
                 )
         elif message[0] == "serving":
@@ -105,7 +104,7 @@ class _Supervisor:
                 logger.info(
                     "serving on %s:%d | workers=<%d> embedder=<%s> dimension=<%d>",
                     self.config.host,
-                    self.port,
+                    self.shared.port,
                     self.config.workers,
                     embedder,
                     dimension,
@@ -176,12 +175,13 @@ def supervise(config: Config) -> int:
 
     # The embedded Postgres first: pgserver runs initdb and postgres as another user.
     database_url = config.database_url or start_embedded_postgres(config.data_dir)
+    model = None
     if config.embedder == "local":
         from .embedding.local import exported_model
 
-        exported_model(config.model_dir)
+        model = exported_model(config.model_dir)
     reservation, port = _reserve_port(config.host, config.port)
-    supervisor = _Supervisor(config, database_url, port)
+    supervisor = _Supervisor(config, Shared(database_url, port, model))
     if config.admin_port >= 0:
         registry = CollectorRegistry()
         registry.register(WorkerMetrics(supervisor.metrics_endpoints))

@@ -73,7 +73,8 @@ class LocalEmbedder:
 
     name = f"local:{MODEL_NAME}"
 
-    def __init__(self, cache_dir: Path, threads: int = 1) -> None:
+    def __init__(self, model: Path, threads: int = 1) -> None:
+        """`model`: the ONNX export (`exported_model`)."""
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -82,9 +83,7 @@ class LocalEmbedder:
         options.intra_op_num_threads = max(1, threads)
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = onnxruntime.InferenceSession(
-            str(exported_model(cache_dir)), options, providers=["CPUExecutionProvider"]
-        )
+        self._session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         self._tokenizer = Tokenizer.from_file(str(weights / "tokenizer.json"))
         max_tokens = json.loads((weights / "sentence_bert_config.json").read_text())["max_seq_length"]
         self._tokenizer.enable_truncation(max_length=max_tokens)
