@@ -53,6 +53,17 @@ def check_count(items: Sequence[object], limit: int, field: str, noun: str) -> N
         raise InvalidArgument.of(field, f"holds {len(items)} {noun}; the limit is {limit}")
 
 
+def check_content_blocks(blocks: int) -> None:
+    """The content blocks across a conversation, counted whole or read shallowly (`shape.py`)."""
+    if blocks > MAX_CONTENT_BLOCKS:
+        raise InvalidArgument.of("messages", f"hold {blocks} content blocks; the limit is {MAX_CONTENT_BLOCKS}")
+
+
+def malformed(error: Exception) -> InvalidArgument:
+    """The refusal of a request that does not decode as its type."""
+    return InvalidArgument.of("request", f"is not a well-formed message of its type: {error}")
+
+
 def check_store_name(name: str, field: str) -> str:
     if not _STORE_NAME.fullmatch(name):
         raise InvalidArgument.of(

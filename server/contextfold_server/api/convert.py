@@ -25,10 +25,10 @@ from ..errors import FieldViolation, InvalidArgument
 from ..memory.store import MemoryRecord, NewMemory, Scope, StoreRecord
 from ..providers.registry import ProviderRecord
 from .checks import (
-    MAX_CONTENT_BLOCKS,
     MAX_ENTRIES_LIMIT,
     MAX_MESSAGES,
     check_content,
+    check_content_blocks,
     check_count,
     check_customization,
     check_max_entries,
@@ -68,9 +68,7 @@ _SKIP_REASONS = {reason: injection_pb2.SkipReason.Value(f"SKIP_REASON_{reason.na
 def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Turn]:
     """The engine's view of the conversation. Rejects what no agent would send."""
     check_count(messages, MAX_MESSAGES, "messages", "messages")
-    blocks = sum(len(message.content) for message in messages)
-    if blocks > MAX_CONTENT_BLOCKS:
-        raise InvalidArgument.of("messages", f"hold {blocks} content blocks; the limit is {MAX_CONTENT_BLOCKS}")
+    check_content_blocks(sum(len(message.content) for message in messages))
     violations: list[FieldViolation] = []
     turns: list[Turn] = []
     for index, message in enumerate(messages):

@@ -24,12 +24,13 @@ from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..access.keys import OPEN_CALLER, Caller, KeyRing
-from ..errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
+from ..errors import PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
 from ..observe.logs import log_call
 from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from .caller import CALLER
+from .checks import malformed
 from .readiness import Readiness
 from .shape import check_inject_shape
 from .status import abort_with
@@ -202,7 +203,7 @@ class _Codec:
         try:
             return self._decode(data)
         except DecodeError as error:
-            raise InvalidArgument.of("request", f"is not a well-formed message of its type: {error}") from None
+            raise malformed(error) from None
 
     def encode(self, response: Any) -> bytes:
         return self._encode(response)

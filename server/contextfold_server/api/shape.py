@@ -18,7 +18,14 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ..errors import InvalidArgument
-from .checks import MAX_APP_STATE_BYTES, MAX_CONTENT_BLOCKS, MAX_MESSAGES, MAX_PROVIDERS_NAMED, check_count
+from .checks import (
+    MAX_APP_STATE_BYTES,
+    MAX_MESSAGES,
+    MAX_PROVIDERS_NAMED,
+    check_content_blocks,
+    check_count,
+    malformed,
+)
 
 # Requests up to this size are parsed whole at once: they cannot break a limit by much.
 _READ_SHALLOWLY_FROM = MAX_APP_STATE_BYTES
@@ -64,9 +71,8 @@ def check_inject_shape(data: bytes) -> None:
         check_count(request.messages, MAX_MESSAGES, "messages", "messages")
         blocks = sum(len(message_type.FromString(message).content) for message in request.messages)
     except DecodeError as error:
-        raise InvalidArgument.of("request", f"is not a well-formed message of its type: {error}") from None
-    if blocks > MAX_CONTENT_BLOCKS:
-        raise InvalidArgument.of("messages", f"hold {blocks} content blocks; the limit is {MAX_CONTENT_BLOCKS}")
+        raise malformed(error) from None
+    check_content_blocks(blocks)
     if len(request.app_state) > MAX_APP_STATE_BYTES:
         raise InvalidArgument.of(
             "app_state", f"takes {len(request.app_state)} bytes; the limit is {MAX_APP_STATE_BYTES}"
