@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from .polling import wait_for
@@ -132,12 +133,12 @@ def wait_serving(address: str, timeout: float, credentials: grpc.ChannelCredenti
         assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def _alive(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether a process runs (one that ended but was not reaped yet, a zombie, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return True
 
 
 class Postgres:
@@ -153,7 +154,7 @@ class Postgres:
         """Stop the server at once, dropping every connection (a fast shutdown)."""
         pid = self._server.get_pid()
         os.kill(pid, signal.SIGINT)
-        wait_for(lambda: not _alive(pid), 30, what="postgres to stop")
+        wait_for(lambda: not running(pid), 30, what="postgres to stop")
 
     def restart(self) -> None:
         """Start the server again on the same data and socket, after `kill`."""

@@ -18,7 +18,7 @@ from contextfold_server.config import available_cores
 
 from .conftest import unique, user
 from .polling import wait_for
-from .servers import ServerProcess, health_status, start_server
+from .servers import ServerProcess, health_status, running, start_server
 from .test_operations import sample, scrape
 
 WORKERS = 2
@@ -117,14 +117,6 @@ def test_sigterm_drains_every_worker_and_stops_the_embedded_postgres(tmp_path: P
     assert {line["worker"] for line in lines if line["message"].startswith("stopped | worker")} == {0, 1}
     assert lines[-1]["message"] == "stopped"
     assert not running(postmaster), "the embedded Postgres stops with the server"
-
-
-def running(pid: int) -> bool:
-    """Whether a process runs (one that ended but was not reaped yet, a zombie, does not)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
