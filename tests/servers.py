@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import psutil
+from contextfold_server.postgres.embedded import EmbeddedPostgres
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from .polling import wait_for
@@ -142,24 +144,25 @@ def running(pid: int) -> bool:
 
 
 class Postgres:
-    """A Postgres with pgvector of the tests' own, which a test may stop."""
+    """A Postgres with pgvector of the tests' own (the server's embedded one, run by the test), which
+    a test may stop and start again."""
 
     def __init__(self, data_dir: Path) -> None:
-        import pgserver
-
-        self._server = pgserver.get_server(data_dir, cleanup_mode="delete")
-        self.url = self._server.get_uri()
+        self._server = EmbeddedPostgres(data_dir)
+        self.url = self._server.start()
 
     def kill(self) -> None:
         """Stop the server at once, dropping every connection (a fast shutdown)."""
-        pid = self._server.get_pid()
+        pid = self._server.pid
+        assert pid is not None
         os.kill(pid, signal.SIGINT)
         wait_for(lambda: not running(pid), 30, what="postgres to stop")
 
     def restart(self) -> None:
         """Start the server again on the same data and socket, after `kill`."""
-        with self._server._lock:
-            self._server.ensure_postgres_running()
+        self._server.ended()
+        assert self._server.start() == self.url
 
     def cleanup(self) -> None:
-        self._server.cleanup()
+        self._server.stop()
+        shutil.rmtree(self._server.data_dir, ignore_errors=True)

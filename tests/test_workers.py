@@ -119,20 +119,15 @@ def test_sigterm_drains_every_worker_and_stops_the_embedded_postgres(tmp_path: P
     assert not running(postmaster), "the embedded Postgres stops with the server"
 
 
-def test_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
+def test_workers_and_the_embedded_postgres_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     server = start_server(tmp_path / "server.log", "--data-dir", str(tmp_path / "pgdata"), workers=WORKERS)
     postmaster = psutil.Process(int((tmp_path / "pgdata" / "postmaster.pid").read_text().split()[0]))
-    try:
-        supervisor = psutil.Process(server.process.pid)
-        workers = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
-        sandboxes = [grandchild for worker in workers for grandchild in worker.children(recursive=True)]
-        assert len(workers) == WORKERS and sandboxes
-        supervisor.kill()
-        supervisor.wait(10)
-        _, alive = psutil.wait_procs([*workers, *sandboxes], timeout=30)
-        assert alive == [], "every worker, and its sandbox, stops when the supervisor dies"
-        assert "the supervisor is gone" in server.log()
-    finally:
-        # A killed supervisor cannot stop its embedded Postgres: the test does.
-        postmaster.terminate()
-        postmaster.wait(30)
+    supervisor = psutil.Process(server.process.pid)
+    workers = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
+    sandboxes = [grandchild for worker in workers for grandchild in worker.children(recursive=True)]
+    assert len(workers) == WORKERS and sandboxes
+    supervisor.kill()
+    supervisor.wait(10)
+    _, alive = psutil.wait_procs([*workers, *sandboxes, postmaster], timeout=30)
+    assert alive == [], "every worker, its sandbox and the embedded Postgres stop when the supervisor dies"
+    assert "the supervisor is gone" in server.log()

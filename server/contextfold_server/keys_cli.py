@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .access.keys import ROLES, KeyRepository
-from .postgres.embedded import default_data_dir, start_embedded_postgres
+from .postgres.embedded import DataDirInUse, EmbeddedPostgres, default_data_dir, running_url
 from .postgres.migrations import migrate
 
 
@@ -37,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def run(args: argparse.Namespace) -> int:
-    database_url = args.database_url or await asyncio.to_thread(start_embedded_postgres, args.data_dir)
+async def run(args: argparse.Namespace, database_url: str) -> int:
     await migrate(database_url)
     keys = KeyRepository(database_url)
     if args.action == "create":
@@ -60,4 +59,19 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(build_parser().parse_args(argv)))
+    args = build_parser().parse_args(argv)
+    if args.database_url:
+        return asyncio.run(run(args, args.database_url))
+    # The embedded Postgres: the running server's, or with none running, one of the command's own
+    # (started on this thread, which outlives it: Postgres is told to stop when that thread ends).
+    joined = running_url(args.data_dir)
+    if joined is not None:
+        return asyncio.run(run(args, joined))
+    embedded = EmbeddedPostgres(args.data_dir)
+    try:
+        return asyncio.run(run(args, embedded.start()))
+    except DataDirInUse as error:
+        print(f"error: {error}, which is starting or stopping: try again in a moment", file=sys.stderr)
+        return 1
+    finally:
+        embedded.stop()

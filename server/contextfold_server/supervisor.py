@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
-from .postgres.embedded import start_embedded_postgres
+from .postgres.embedded import DataDirInUse, EmbeddedPostgres
 from .process import Shared, run_worker
 
 logger = logging.getLogger("contextfold")
@@ -127,12 +127,34 @@ class _Supervisor:
         self.spawn(worker.index)
         return None
 
+    def database_ended(self, embedded: EmbeddedPostgres) -> int | None:
+        """After the embedded Postgres' postmaster ended: health says NOT_SERVING at once, and it is
+        started again; the supervisor's exit code when it cannot be."""
+        code = embedded.ended()
+        if code is None or self.stopping:
+            return None
+        logger.error("exit_code=<%s> | the embedded Postgres stopped | NOT_SERVING, starting it again", code)
+        self.tell_all_serving(False)
+        try:
+            embedded.start()
+        except RuntimeError as error:
+            logger.error("reason=<%s> | the embedded Postgres cannot start again | stopping", error)
+            self.stop()
+            return 1
+        self.tell("database_restarted")
+        if self.workers and all(worker.serving for worker in self.workers.values()):
+            self.tell_all_serving(True)
+        return None
+
     def tell_all_serving(self, all_serving: bool) -> None:
         """Tell every worker whether they all serve: each one's health says so."""
+        self.tell("all_serving", all_serving)
+
+    def tell(self, *message: object) -> None:
         for worker in self.workers.values():
             if worker.reporting:
                 with contextlib.suppress(OSError):
-                    worker.reports.send(("all_serving", all_serving))
+                    worker.reports.send(message)
 
     def stop(self) -> None:
         """Every worker drains and stops; one that has not within its drain and grace is killed."""
@@ -173,8 +195,22 @@ def supervise(config: Config) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
 
-    # The embedded Postgres first: pgserver runs initdb and postgres as another user.
-    database_url = config.database_url or start_embedded_postgres(config.data_dir)
+    # The embedded Postgres first, as a child of this process: watched, restarted, always stopped.
+    embedded = None if config.database_url else EmbeddedPostgres(config.data_dir)
+    try:
+        return _supervise(config, embedded, woken, wake, requested)
+    except DataDirInUse as error:
+        logger.error("reason=<%s> | the embedded Postgres' data directory is taken | stopping", error)
+        return 1
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _supervise(
+    config: Config, embedded: EmbeddedPostgres | None, woken: socket.socket, wake: socket.socket, requested: list[int]
+) -> int:
+    database_url = embedded.start() if embedded is not None else config.database_url
     model = None
     if config.embedder == "local":
         from .embedding.local import exported_model
@@ -194,11 +230,14 @@ def supervise(config: Config) -> int:
     with reservation, woken, wake:
         while supervisor.workers:
             left = None if supervisor.stop_by is None else max(0.0, supervisor.stop_by - time.monotonic())
-            ready = wait([woken, *supervisor.waited_on()], timeout=left)
+            database = [embedded.sentinel] if embedded is not None and embedded.watched else []
+            ready = wait([woken, *database, *supervisor.waited_on()], timeout=left)
             if not ready and supervisor.stopping:
                 supervisor.kill_the_late()
             if woken in ready:
                 woken.recv(64)
+            if database and database[0] in ready and embedded is not None:
+                exit_code = supervisor.database_ended(embedded) or exit_code
             if requested and not supervisor.stopping:
                 logger.info("stopping | signal=<%s> workers=<%d>", signal.Signals(requested[0]).name, config.workers)
                 supervisor.stop()
