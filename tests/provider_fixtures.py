@@ -7,7 +7,7 @@ one JSON line naming each behaviour's port, then serves until SIGTERM.
   seconds, so a test scripts several providers through one server; the text `@huge`
   stands for a 2 MiB answer (over the limit), `@large` for 900 KB of words (within it).
 - `deadline`: answers with the seconds it was given, as contextfold passed them on.
-- `hanging`: never answers. `failing`: answers with an error status.
+- `hanging`: never answers. `failing`: answers with an error status; `unavailable`: with UNAVAILABLE.
 - `malformed`: answers with bytes that are no ProvideResponse.
 - `traceparent`: answers with the W3C `traceparent` its call carried.
 """
@@ -47,6 +47,11 @@ async def failing(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return b""
 
 
+async def unavailable(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "down for maintenance")
+    return b""
+
+
 async def malformed(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return b"\xff\xff\xff\xff"
 
@@ -72,6 +77,7 @@ async def main() -> None:
         "deadline": await start_provider(deadline),
         "hanging": await start_raw(hanging),
         "failing": await start_raw(failing),
+        "unavailable": await start_raw(unavailable),
         "malformed": await start_raw(malformed),
         "traceparent": await start_raw(traceparent),
     }

@@ -118,5 +118,6 @@ def test_the_sandbox_time_limit_is_the_operators_to_set(remote_embedding_server:
         after = cf.inject([user("what is the garage door code")], query_expression="latest_user_text")
 
     assert result.messages == conversation
-    assert result.report.detail == "the query expression failed: ran past its time limit of 40 ms"
+    assert result.report.skip_reason == injection_pb2.SKIP_REASON_TIMEOUT
+    assert result.report.detail == "the query expression: ran past its time limit of 40 ms"
     assert after.report.injected, "the one worker was replaced and serves the next call"

@@ -6,7 +6,7 @@ import pytest
 from contextfold import Client, InvalidArgument
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 
-from .conftest import assistant, user
+from .conftest import assistant, unique, user
 
 
 def test_results_are_ranked_across_stores_by_similarity_not_store_order(client: Client, make_store) -> None:
@@ -189,6 +189,10 @@ def test_every_block_and_message_not_folded_into_comes_back_byte_identical(serve
         ([{"role": "user", "content": [{"text": "x"}]}], {"min_score": 1.5}, "memory.min_score"),
         ([{"role": "user", "content": [{"text": "x"}]}], {"query_vector": [float("nan")]}, "memory.query_vector"),
         ([{"role": "user", "content": [{"text": "x"}]}], {"stores": [" padded "]}, "memory.stores[0]"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"app_state": {"n": float("inf")}}, "app_state.n"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"app_state": {"k": "a\x00b"}}, "app_state.k"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"query": "q" * 16_385}, "memory.query"),
+        ([{"role": "user", "content": [{"text": "x"}]}], {"agent": {"id": "line\nbreak"}}, "agent.id"),
     ],
 )
 def test_bad_inject_requests_name_the_field(client: Client, messages, options, field) -> None:
@@ -218,4 +222,34 @@ def test_a_missing_store_skips_injection_with_the_reason(client: Client) -> None
     result = client.inject(conversation, stores=["no-such-store"])
     assert result.messages == conversation
     assert result.report.skip_reason == injection_pb2.SKIP_REASON_FAILED
-    assert "no-such-store" in result.report.detail
+    assert result.report.detail == "store 'no-such-store' does not exist"
+
+
+def test_a_store_that_cannot_be_searched_leaves_only_itself_out(client: Client, make_store) -> None:
+    kept = make_store("kept")
+    other_dimension = make_store("small", dimension=3)
+    client.add_memories(kept, [{"id": unique("tea"), "content": "The user drinks green tea"}])
+    client.add_memories(other_dimension, [{"content": "three numbers", "vector": [1.0, 0.0, 0.0]}])
+
+    result = client.inject([user("What do I drink?")], stores=["gone-store", kept, other_dimension])
+
+    assert result.injected and [entry.store for entry in result.report.entries] == [kept]
+    assert result.report.skip_reason == injection_pb2.SKIP_REASON_UNSPECIFIED
+    assert result.report.detail == (
+        f"store 'gone-store' does not exist; store {other_dimension!r} was left out:"
+        f" the query vector has 384 dimensions; store {other_dimension!r} has 3"
+    )
+
+
+def test_folded_messages_too_large_for_a_response_come_back_untouched(client: Client, make_store) -> None:
+    store = make_store()
+    client.add_memories(store, [{"content": f"{n} " + "fact " * 3000, "vector": [1.0, n] * 192} for n in range(20)])
+    # Nearly a whole request of conversation: with twenty long entries folded in, past 4 MiB.
+    conversation = [user("x" * (4 * 1024 * 1024 - 64 * 1024))]
+
+    result = client.inject(conversation, stores=[store], query_vector=[1.0, 0.0] * 192, max_entries=20, timeout=60)
+
+    assert result.messages == conversation
+    assert not result.injected
+    assert result.report.skip_reason == injection_pb2.SKIP_REASON_OVER_BUDGET
+    assert "4194304 bytes of a response" in result.report.detail

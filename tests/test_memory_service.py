@@ -126,6 +126,14 @@ def test_delete_memories_is_all_or_nothing_unless_missing_is_allowed(client: Cli
     assert raised.value.details[0].resource_name == kept.id
 
 
+def nested(depth: int) -> dict:
+    """Metadata `depth` objects deep: {"a": {"a": … {"a": 1}}}."""
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value  # type: ignore[return-value]
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [
@@ -141,7 +149,29 @@ def test_delete_memories_is_all_or_nothing_unless_missing_is_allowed(client: Cli
         ),
         (lambda cf, s: cf.add_memories(s, [{"content": "x", "vector": [0.0, 0.0, 0.0]}]), "memories[0].vector"),
         (lambda cf, s: cf.add_memories(s, ["nul \x00 byte"]), "memories[0].content"),
-        (lambda cf, s: cf.add_memories(s, [{"content": "x", "metadata": {"k": "nul \x00"}}]), "memories[0].metadata"),
+        (lambda cf, s: cf.add_memories(s, [{"content": "x", "metadata": {"k": "nul \x00"}}]), "memories[0].metadata.k"),
+        (lambda cf, s: cf.add_memories(s, ["bell \x07"]), "memories[0].content"),
+        (
+            lambda cf, s: cf.add_memories(s, [{"content": "x", "metadata": {"n": float("nan")}}]),
+            "memories[0].metadata.n",
+        ),
+        (
+            lambda cf, s: cf.add_memories(s, [{"content": "x", "metadata": {"l": [1.0, float("-inf")]}}]),
+            "memories[0].metadata.l[1]",
+        ),
+        (
+            lambda cf, s: cf.add_memories(s, [{"content": "x", "metadata": {"big": "m" * 20_000}}]),
+            "memories[0].metadata",
+        ),
+        (
+            lambda cf, s: cf.add_memories(s, [{"content": "x", "metadata": nested(20)}]),
+            "memories[0].metadata" + ".a" * 16,
+        ),
+        (lambda cf, s: cf.add_memories(s, [{"content": "x", "vector": [1.0] * 2001}]), "memories[0].vector"),
+        (lambda cf, s: cf.create_store(unique("d"), description="d" * 1025), "store.description"),
+        (lambda cf, s: cf.create_store(unique("d"), description="nul \x00"), "store.description"),
+        (lambda cf, s: cf.search_memories("q" * 16_385), "query"),
+        (lambda cf, s: cf.search_memories("", query_vector=[0.5] * 2001), "query_vector"),
         (lambda cf, s: cf.add_memories(s, [{"content": "x", "user_id": "a\nb"}]), "memories[0].user_id"),
         (lambda cf, s: cf.search_memories("q", scope={"session_id": "s" * 129}), "scope.session_id"),
         (lambda cf, s: cf.search_memories("  "), "query"),
@@ -174,19 +204,30 @@ def test_unknown_names_are_not_found(client: Client) -> None:
         client.get_memory("no-such-id")
 
 
-def test_a_tampered_page_token_is_invalid_argument_not_internal(server, make_store) -> None:
+def test_a_forged_or_altered_page_token_is_invalid_argument_not_internal(server, client, make_store) -> None:
     import grpc
     from contextfold.v1 import memory_pb2, memory_pb2_grpc, provider_pb2, provider_pb2_grpc
-    from contextfold_server.api.paging import encode_page_token
+    from contextfold_server.api.paging import PageTokens
 
-    store = make_store()
+    # Tokens of the right shape, signed with a key that is not the service's.
+    encode_page_token = PageTokens(b"a key the service does not hold").encode
+    store = make_store(dimension=2)
+    client.add_memories(store, [{"content": f"fact {n}", "vector": [1.0, float(n)]} for n in range(3)])
+    with grpc.insecure_channel(server.address) as channel:
+        listing = memory_pb2_grpc.MemoryServiceStub(channel).ListMemories
+        genuine = listing(memory_pb2.ListMemoriesRequest(store=store, page_size=1)).next_page_token
+        assert listing(memory_pb2.ListMemoriesRequest(store=store, page_size=1, page_token=genuine)).memories
+    payload, signature = genuine.split(".")
+    altered = payload[:-2] + ("AA" if payload[-2:] != "AA" else "BB") + "." + signature
     calls = [
+        ("ListMemories", memory_pb2.ListMemoriesRequest(store=store, page_token=altered)),
+        ("ListMemories", memory_pb2.ListMemoriesRequest(store=store, page_token="\x00.\x00")),
         ("ListStores", memory_pb2.ListStoresRequest(page_token=encode_page_token({"not": "a name"}))),
         (
             "ListMemories",
-            memory_pb2.ListMemoriesRequest(store=store, page_token=encode_page_token("x", store, "", "", "")),
+            memory_pb2.ListMemoriesRequest(store=store, page_token=encode_page_token(1, store, "", "", "")),
         ),
-        ("ListProviders", provider_pb2.ListProvidersRequest(page_token=encode_page_token(["a", 1]))),
+        ("ListProviders", provider_pb2.ListProvidersRequest(page_token=encode_page_token([0, 1]))),
         ("ListStores", memory_pb2.ListStoresRequest(page_token="not base64 at all!")),
     ]
     with grpc.insecure_channel(server.address) as channel:
@@ -197,3 +238,46 @@ def test_a_tampered_page_token_is_invalid_argument_not_internal(server, make_sto
                 getattr(stubs.get(method, memory), method)(request)
             assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
             assert raised.value.details() == "page_token: is not a token this service issued"
+
+
+def test_the_largest_accepted_entries_read_back_at_default_page_sizes(server, client: Client, make_store) -> None:
+    import grpc
+    from contextfold.v1 import memory_pb2, memory_pb2_grpc
+    from contextfold_server.api.checks import MAX_CONTENT_CHARS, MAX_METADATA_BYTES
+    from google.protobuf import struct_pb2
+
+    store = make_store()
+    # Every field at its limit, in characters that take four bytes where characters are counted.
+    content = "\U0001d11e" * MAX_CONTENT_CHARS
+    metadata = {"note": "m" * (MAX_METADATA_BYTES - 40)}
+    encoded = struct_pb2.Struct()
+    encoded.update(metadata)
+    assert MAX_METADATA_BYTES - 64 < encoded.ByteSize() <= MAX_METADATA_BYTES
+    scope = {key: "\u00e9" * 128 for key in ("user_id", "agent_id", "session_id")}
+    ids = [f"{n:03d}" + "i" * 125 for n in range(60)]
+    for batch in range(0, len(ids), 15):
+        client.add_memories(
+            store,
+            [
+                {"id": memory_id, "content": content, "metadata": metadata, "vector": [1.0, n / 100] * 192, **scope}
+                for n, memory_id in enumerate(ids[batch : batch + 15], start=batch)
+            ],
+        )
+
+    # A stub with gRPC's defaults: it takes responses of 4 MiB at most.
+    with grpc.insecure_channel(server.address) as channel:
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        pages: list[list[str]] = []
+        token = ""
+        while True:
+            page = stub.ListMemories(memory_pb2.ListMemoriesRequest(store=store, page_token=token))
+            pages.append([memory.id for memory in page.memories])
+            assert all(memory.content == content for memory in page.memories)
+            if not (token := page.next_page_token):
+                break
+        assert [memory_id for page_ids in pages for memory_id in page_ids] == ids
+        assert len(pages[0]) < 50, "a default page of 50 such entries would not fit one response: pages hold fewer"
+        found = stub.SearchMemories(
+            memory_pb2.SearchMemoriesRequest(query_vector=[1.0, 0.3] * 192, stores=[store], max_results=100)
+        ).results
+        assert 0 < len(found) < len(ids) and found[0].memory.id == ids[30]

@@ -169,6 +169,7 @@ def test_inject_keeps_exactly_the_providers_that_answer_in_time(cf: Client, regi
     register("slow", local, priority=1)
     register("hanging", f"127.0.0.1:{ports['hanging']}", timeout=0.3)
     register("failing", f"127.0.0.1:{ports['failing']}")
+    register("unavailable", f"127.0.0.1:{ports['unavailable']}")
     register("huge", local)
     register("empty", local)
     register("unreachable", unreachable_target())
@@ -181,6 +182,8 @@ def test_inject_keeps_exactly_the_providers_that_answer_in_time(cf: Client, regi
     outcome = sources(result)
     assert outcome["hanging"][0] == SKIP.SKIP_REASON_TIMEOUT
     assert outcome["failing"] == (SKIP.SKIP_REASON_FAILED, "status INTERNAL: provider exploded")
+    # An answer of UNAVAILABLE is the provider's word, told apart from a target that cannot be reached.
+    assert outcome["unavailable"] == (SKIP.SKIP_REASON_FAILED, "status UNAVAILABLE: down for maintenance")
     assert outcome["huge"][0] == SKIP.SKIP_REASON_FAILED and "response over 1048576 bytes" in outcome["huge"][1]
     assert outcome["empty"] == (SKIP.SKIP_REASON_EMPTY_TEXT, "the provider returned no text")
     assert outcome["unreachable"][0] == SKIP.SKIP_REASON_FAILED and outcome["unreachable"][1].startswith("unreachable")

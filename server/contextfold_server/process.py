@@ -36,6 +36,7 @@ from grpc_reflection.v1alpha import reflection
 from .access.keys import KeyRing
 from .api.injection import InjectionServicer
 from .api.memory import MemoryServicer
+from .api.paging import PageTokens
 from .api.pipeline import CallPipeline
 from .api.providers import ProviderServicer
 from .api.readiness import Readiness
@@ -49,7 +50,7 @@ from .observe.loop_lag import LoopLagMonitor
 from .observe.metrics import Metrics
 from .observe.tracing import start_tracing, stop_tracing
 from .postgres.listener import ChangeListener
-from .postgres.migrations import migrate
+from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database
 from .providers.fanout import ProviderChannels
 from .providers.registry import ProviderDirectory, ProviderRepository
@@ -107,13 +108,14 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
 
     await readiness.starting()
-    _hear_the_supervisor(reports, readiness, stopping)
+    databases: list[Database] = []
+    following = _hear_the_supervisor(reports, readiness, stopping, databases)
     await server.start()
     # The worker's metrics, for the supervisor to gather: never on a public interface.
     reports.send(("listening", metrics.serve("127.0.0.1", 0)))
 
     async with contextlib.AsyncExitStack() as running:
-        starting = asyncio.create_task(_start(config, shared, running, pending, listener, metrics))
+        starting = asyncio.create_task(_start(config, shared, running, pending, listener, metrics, databases))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
@@ -137,6 +139,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         await asyncio.sleep(config.drain_seconds)
         await server.stop(config.grace_seconds)
         await lag.close()
+        following.cancel()
     stop_tracing()
     logger.info("stopped | worker=<%d>", worker)
 
@@ -148,6 +151,7 @@ async def _start(
     pending: dict[str, _Pending],
     listener: ChangeListener,
     metrics: Metrics,
+    databases: list[Database],
 ) -> BatchingEmbedder:
     """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
     embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
@@ -155,6 +159,7 @@ async def _start(
     await _wait_for_database(shared.database_url)
     database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS)
     running.push_async_callback(database.close)
+    databases.append(database)
     metrics.watch_pool(database.stats)
     store = PostgresMemoryStore(database)
     providers = ProviderRepository(database)
@@ -169,9 +174,10 @@ async def _start(
     embedder = await embedder_loading
     metrics.watch_embedder(embedder.counts)
     searcher = MemorySearcher(store, embedder)
+    page_tokens = PageTokens(await service_secret(shared.database_url, "page_tokens"))
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
-    pending["MemoryService"].target = MemoryServicer(store, embedder, searcher)
-    pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox)
+    pending["MemoryService"].target = MemoryServicer(store, embedder, searcher, page_tokens)
+    pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox, page_tokens)
     return embedder
 
 
@@ -253,25 +259,34 @@ def _credentials(config: Config) -> grpc.ServerCredentials | None:
     )
 
 
-def _hear_the_supervisor(reports: Connection, readiness: Readiness, stopping: asyncio.Event) -> None:
-    """Follow the supervisor's word on whether every worker serves, as it arrives on the pipe; and
-    stop when the pipe closes: the supervisor is gone (killed, say), and a worker must not outlive it."""
+def _hear_the_supervisor(
+    reports: Connection, readiness: Readiness, stopping: asyncio.Event, databases: list[Database]
+) -> asyncio.Task[None]:
+    """Follow the supervisor's word, in the order it comes on the pipe: whether every worker serves,
+    and that the embedded database restarted (so the pool's connections, all lost, are replaced now
+    rather than each failing a call first). Stop when the pipe closes: the supervisor is gone
+    (killed, say), and a worker must not outlive it."""
     loop = asyncio.get_running_loop()
-    telling: set[asyncio.Task] = set()
+    heard: asyncio.Queue[tuple[Any, ...] | None] = asyncio.Queue()
 
-    def heard() -> None:
+    def read() -> None:
         try:
-            _, all_serving = reports.recv()
+            heard.put_nowait(reports.recv())
         except EOFError:
             loop.remove_reader(reports.fileno())
-            logger.warning("reason=<the supervisor is gone> | stopping")
-            stopping.set()
-            return
-        task = loop.create_task(readiness.all_serving(all_serving))
-        telling.add(task)
-        task.add_done_callback(telling.discard)
+            heard.put_nowait(None)
 
-    loop.add_reader(reports.fileno(), heard)
+    async def follow() -> None:
+        while (message := await heard.get()) is not None:
+            if message[0] == "all_serving":
+                await readiness.all_serving(message[1])
+            elif message[0] == "database_restarted":
+                await asyncio.gather(*(database.check() for database in databases))
+        logger.warning("reason=<the supervisor is gone> | stopping")
+        stopping.set()
+
+    loop.add_reader(reports.fileno(), read)
+    return loop.create_task(follow())
 
 
 def run_worker(config: Config, shared: Shared, worker: int, reports: Connection) -> None:

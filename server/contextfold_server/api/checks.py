@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
 from ..customize.expressions import MAX_EXPRESSION_LENGTH
-from ..customize.sandbox import Sandbox
+from ..customize.sandbox import Sandbox, SandboxTimeout
 from ..customize.templates import MAX_TEMPLATE_LENGTH
-from ..errors import FieldViolation, InvalidArgument
+from ..errors import FieldViolation, InvalidArgument, Unavailable
 from ..memory.store import is_memory_id
 
 # A conversation longer than this is not one a model takes in a single call.
@@ -36,6 +37,18 @@ MAX_BATCH = 1000
 MAX_CONTENT_CHARS = 16_384
 MAX_DIMENSION = 2000
 MAX_PROVIDER_TIMEOUT_MS = 30_000
+# A store's description says what it holds, in a paragraph.
+MAX_DESCRIPTION_CHARS = 1024
+# An entry's metadata, encoded: labels and small values, so one entry always fits a response.
+MAX_METADATA_BYTES = 16 * 1024
+# Nesting within metadata and app state: objects and lists within each other, this deep at most
+# (well inside what a protobuf decoder takes).
+MAX_STRUCT_DEPTH = 16
+# A search query, and an Inject's agent id and name.
+MAX_QUERY_CHARS = MAX_CONTENT_CHARS
+# What a response may take: the 4 MiB that gRPC clients accept by default.
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+MAX_AGENT_FIELD_CHARS = 256
 
 # Store names are shown to the model in the `source` attribute, where they are
 # escaped; any printable text is allowed, so long as it has no edge spaces.
@@ -44,8 +57,12 @@ _SCOPE_VALUE = re.compile(r"[^\x00-\x1f\x7f]{0,128}")
 _PROVIDER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
 # host:port, [v6]:port, or a gRPC name-resolver URI (dns:, unix:, ipv4:, ipv6:).
 _TARGET = re.compile(
-    r"(?:(?:dns|unix|unix-abstract|ipv4|ipv6):\S{1,250}|(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):\d{1,5})"
+    r"(?:(?:dns|unix|unix-abstract|ipv4|ipv6):[^\s\x00-\x1f\x7f]{1,250}"
+    r"|(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):\d{1,5})"
 )
+# Control characters: none in stored text but tab and line breaks, none at all in a line.
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_count(items: Sequence[object], limit: int, field: str, noun: str) -> None:
@@ -86,17 +103,68 @@ def check_memory_id(memory_id: str, field: str) -> str:
     return memory_id
 
 
+def check_text(value: str, field: str, limit: int, *, multiline: bool = True) -> str:
+    """Text within `limit` characters, with no NUL or other control character (tab and line breaks
+    are text, where it may span lines)."""
+    if len(value) > limit:
+        raise InvalidArgument.of(field, f"holds {len(value)} characters; the limit is {limit}")
+    control = (_CONTROL_IN_TEXT if multiline else _CONTROL_IN_LINE).search(value)
+    if control:
+        raise InvalidArgument.of(
+            field, f"must not contain control characters; found {control.group()!r} at {control.start()}"
+        )
+    return value
+
+
 def check_content(content: str, field: str) -> str:
     if not content.strip():
         raise InvalidArgument.of(field, "must not be blank")
-    if "\x00" in content:
-        raise InvalidArgument.of(field, "must not contain NUL characters")
-    if len(content) > MAX_CONTENT_CHARS:
-        raise InvalidArgument.of(field, f"holds {len(content)} characters; the limit is {MAX_CONTENT_CHARS}")
-    return content
+    return check_text(content, field, MAX_CONTENT_CHARS)
+
+
+def check_query(query: str, field: str) -> str:
+    return check_text(query, field, MAX_QUERY_CHARS)
+
+
+def check_description(description: str, field: str) -> str:
+    return check_text(description, field, MAX_DESCRIPTION_CHARS)
+
+
+def check_struct(value: struct_pb2.Struct, field: str, max_bytes: int) -> struct_pb2.Struct:
+    """Metadata or app state: within its size and `MAX_STRUCT_DEPTH`, every number finite (JSON
+    has no NaN or infinity), every key and string free of control characters but tab and line breaks."""
+    size = value.ByteSize()
+    if size > max_bytes:
+        raise InvalidArgument.of(field, f"takes {size} bytes encoded; the limit is {max_bytes}")
+    # Depth first, without recursion: the depth is checked before it is followed.
+    pending: list[tuple[struct_pb2.Struct | struct_pb2.ListValue, str, int]] = [(value, field, 1)]
+    while pending:
+        container, path, depth = pending.pop()
+        if depth > MAX_STRUCT_DEPTH:
+            raise InvalidArgument.of(path, f"nests more than {MAX_STRUCT_DEPTH} levels of objects and lists")
+        items: Iterable[tuple[str, struct_pb2.Value]]
+        if isinstance(container, struct_pb2.Struct):
+            items = ((f"{path}.{key}", item) for key, item in container.fields.items())
+            for key in container.fields:
+                check_text(key, f"{path} key {key[:40]!r}", max_bytes)
+        else:
+            items = ((f"{path}[{index}]", item) for index, item in enumerate(container.values))
+        for item_path, item in items:
+            kind = item.WhichOneof("kind")
+            if kind == "number_value" and not math.isfinite(item.number_value):
+                raise InvalidArgument.of(item_path, f"must be a finite number, got {item.number_value}")
+            if kind == "string_value":
+                check_text(item.string_value, item_path, max_bytes)
+            elif kind == "struct_value":
+                pending.append((item.struct_value, item_path, depth + 1))
+            elif kind == "list_value":
+                pending.append((item.list_value, item_path, depth + 1))
+    return value
 
 
 def check_vector(vector: Sequence[float], field: str) -> None:
+    if len(vector) > MAX_DIMENSION:
+        raise InvalidArgument.of(field, f"holds {len(vector)} numbers; a vector has at most {MAX_DIMENSION}")
     # Protobuf floats are 32-bit, so a sum of finite ones cannot overflow: it is finite
     # exactly when every element is (an inf or a NaN carries through; +inf and -inf make NaN).
     if vector and not math.isfinite(sum(vector)):
@@ -194,15 +262,30 @@ _WHAT = {
 }
 
 
-async def check_compiles(sandbox: Sandbox, customizations: Sequence[tuple[str, str, str]]) -> None:
+async def check_compiles(
+    sandbox: Sandbox,
+    customizations: Sequence[tuple[str, str, str]],
+    tenant: str,
+    within: float | None,
+    *,
+    to_store: bool,
+) -> None:
     """Refuse each `(kind, source, field)` whose source does not compile, naming why.
 
     Compiling runs in the sandbox, never on the event loop: Jinja2 and CEL do real work
     at compile time, which an adversarial template can make arbitrarily large. A source
-    that takes longer than the sandbox's time limit to compile is refused as well.
+    that takes longer than the sandbox's time limit to compile is refused as well. When the
+    caller's time (`within` seconds) runs out first, a source `to_store` is refused with
+    UNAVAILABLE (retry), never stored unchecked; one for this call only goes on unchecked, to
+    fail open later if it must.
     """
     asked = [(kind, source, field) for kind, source, field in customizations if source]
-    failures = await asyncio.gather(*(sandbox.check(kind, source) for kind, source, _ in asked))
+    try:
+        failures = await asyncio.gather(*(sandbox.check(kind, source, tenant, within) for kind, source, _ in asked))
+    except SandboxTimeout as timeout:
+        if to_store:
+            raise Unavailable(f"could not check the expression in time: {timeout}", "SANDBOX_BUSY") from None
+        return
     violations = [
         FieldViolation(field, f"{_WHAT[kind]}: {failure.removeprefix('ValueError: ')}")
         for (kind, _, field), failure in zip(asked, failures, strict=True)

@@ -7,7 +7,6 @@ become response messages.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -25,8 +24,11 @@ from ..errors import FieldViolation, InvalidArgument
 from ..memory.store import MemoryRecord, NewMemory, Scope, StoreRecord
 from ..providers.registry import ProviderRecord
 from .checks import (
+    MAX_AGENT_FIELD_CHARS,
+    MAX_APP_STATE_BYTES,
     MAX_ENTRIES_LIMIT,
     MAX_MESSAGES,
+    MAX_METADATA_BYTES,
     check_content,
     check_content_blocks,
     check_count,
@@ -36,9 +38,12 @@ from .checks import (
     check_memory_id,
     check_min_score,
     check_provider_timeout,
+    check_query,
     check_scope_value,
     check_store_names,
+    check_struct,
     check_target,
+    check_text,
     check_vector,
     one_of,
 )
@@ -137,6 +142,7 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         one_of("memory.format_template", "memory.format", options.format != injection_pb2.FORMAT_UNSPECIFIED)
         check_customization("format", options.format_template, "memory.format_template")
     max_entries = options.max_entries if options.HasField("max_entries") else DEFAULT_MAX_ENTRIES
+    check_query(options.query, "memory.query")
     check_vector(options.query_vector, "memory.query_vector")
     check_store_names(options.stores, "memory.stores")
     return MemoryRequest(
@@ -153,6 +159,13 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         format=memory_format,
         format_template=options.format_template,
     )
+
+
+def check_inject_context(request: injection_pb2.InjectRequest) -> None:
+    """What an Inject passes on to expressions and providers: its app state and its agent."""
+    check_struct(request.app_state, "app_state", MAX_APP_STATE_BYTES)
+    check_text(request.agent.id, "agent.id", MAX_AGENT_FIELD_CHARS, multiline=False)
+    check_text(request.agent.name, "agent.name", MAX_AGENT_FIELD_CHARS, multiline=False)
 
 
 def injected_block(block: PlannedBlock) -> conversation_pb2.ContentBlock:
@@ -226,9 +239,8 @@ def new_memories_from_proto(memories: Sequence[memory_pb2.Memory]) -> list[NewMe
     for index, memory in enumerate(memories):
         field = f"memories[{index}]"
         collect(check_content, memory.content, f"{field}.content")
-        metadata = struct_to_dict(memory.metadata)
-        if "\\u0000" in json.dumps(metadata):
-            violations.append(FieldViolation(f"{field}.metadata", "must not contain NUL characters"))
+        checked = collect(check_struct, memory.metadata, f"{field}.metadata", MAX_METADATA_BYTES)
+        metadata = struct_to_dict(checked) if checked is not None else {}
         scope = collect(scope_from_proto, memory, field)
         if memory.id:
             collect(check_memory_id, memory.id, f"{field}.id")

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
 
 from ..customize.context import RequestCustomizer
 from ..customize.sandbox import Sandbox
-from ..engine.injection import InjectionRequest, inject
+from ..engine.gate import SkipReason
+from ..engine.injection import InjectionRequest, answer_budget, inject
 from ..errors import Unavailable
 from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
 from ..tokens import count_tokens_off_the_loop
 from .caller import caller_namespace
-from .checks import check_compiles, check_max_tokens, check_provider_names
+from .checks import MAX_RESPONSE_BYTES, check_compiles, check_max_tokens, check_provider_names
 from .convert import (
     RESERVED_SOURCES,
+    check_inject_context,
     injected_block,
     memory_request_from_proto,
     report_to_proto,
@@ -42,7 +46,11 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         # A malformed request is the caller's bug and gets INVALID_ARGUMENT; past
         # these checks, nothing fails the call: injection fails open.
         namespace = caller_namespace(context)
+        # Customizations run within the caller's time, less what answering takes.
+        budget = answer_budget(context.time_remaining())
+        deadline = None if budget is None else asyncio.get_running_loop().time() + budget
         turns = turns_from_messages(request.messages)
+        check_inject_context(request)
         memory = memory_request_from_proto(request)
         await check_compiles(
             self._sandbox,
@@ -51,6 +59,10 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
                 ("query", memory.query_expression, "memory.query_expression"),
                 ("format", memory.format_template, "memory.format_template"),
             ],
+            namespace,
+            # At most half the caller's time goes to checking: the rest is the sources'.
+            None if budget is None else budget / 2,
+            to_store=False,
         )
         scope = scope_from_proto(request.memory.scope, "memory.scope")
         max_tokens = check_max_tokens(request.max_tokens, "max_tokens")
@@ -83,11 +95,18 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             self._searcher.port(namespace, scope),
             provide,
             count_tokens_off_the_loop,
-            RequestCustomizer(self._sandbox, request, turns),
+            RequestCustomizer(self._sandbox, request, turns, namespace, deadline),
         )
 
         # The response starts as the request's own messages: only the fold target gains blocks.
         response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome))
         if outcome.blocks:
             response.messages[outcome.target_index].content.extend(injected_block(b) for b in outcome.blocks)
+            if response.ByteSize() > MAX_RESPONSE_BYTES:
+                # Folded, the messages would not fit a response a client takes: fail open.
+                outcome.leave_all_out(
+                    SkipReason.OVER_BUDGET,
+                    f"the folded messages would pass the {MAX_RESPONSE_BYTES} bytes of a response",
+                )
+                response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome))
         return response

@@ -16,22 +16,27 @@ from .caller import caller_namespace
 from .checks import (
     MAX_BATCH,
     check_count,
+    check_description,
     check_dimension,
     check_max_results,
     check_memory_id,
     check_min_score,
+    check_query,
     check_store_name,
     check_store_names,
     check_vector,
 )
 from .convert import memory_to_proto, new_memories_from_proto, scope_from_proto, store_to_proto
-from .paging import decode_page_token, encode_page_token, page_size
+from .paging import PageTokens, fitting, page_size
 from .status import reports_errors
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
-    def __init__(self, store: PostgresMemoryStore, embedder: Embedder, searcher: MemorySearcher) -> None:
+    def __init__(
+        self, store: PostgresMemoryStore, embedder: Embedder, searcher: MemorySearcher, page_tokens: PageTokens
+    ) -> None:
         self._store = store
+        self._page_tokens = page_tokens
         self._embedder = embedder
         self._searcher = searcher
 
@@ -41,6 +46,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.CreateStoreResponse:
         store = request.store
         check_store_name(store.name, "store.name")
+        check_description(store.description, "store.description")
         dimension = check_dimension(store.dimension or self._embedder.dimension, "store.dimension")
         record = await self._store.create_store(caller_namespace(context), store.name, store.description, dimension)
         return memory_pb2.CreateStoreResponse(store=store_to_proto(record))
@@ -50,11 +56,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.ListStoresRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ListStoresResponse:
         limit = page_size(request.page_size)
-        after = decode_page_token(request.page_token, lambda after: isinstance(after, str)) or ""
+        after = self._page_tokens.decode(request.page_token, lambda after: isinstance(after, str)) or ""
         records = await self._store.list_stores(caller_namespace(context), after, limit + 1)
-        response = memory_pb2.ListStoresResponse(stores=[store_to_proto(r) for r in records[:limit]])
-        if len(records) > limit:
-            response.next_page_token = encode_page_token(records[limit - 1].name)
+        stores = [store_to_proto(r) for r in records[:limit]]
+        kept = fitting(stores)
+        response = memory_pb2.ListStoresResponse(stores=stores[:kept])
+        if len(records) > kept:
+            response.next_page_token = self._page_tokens.encode(records[kept - 1].name)
         return response
 
     @reports_errors
@@ -104,6 +112,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.SearchMemoriesResponse:
         if not request.query.strip() and not request.query_vector:
             raise InvalidArgument.of("query", "must not be blank unless query_vector is given")
+        check_query(request.query, "query")
         check_vector(request.query_vector, "query_vector")
         check_store_names(request.stores, "stores")
         check_max_results(request.max_results, "max_results")
@@ -118,9 +127,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         results, _ = await self._searcher.search(
             caller_namespace(context), scope_from_proto(request.scope, "scope"), query
         )
-        return memory_pb2.SearchMemoriesResponse(
-            results=[memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in results]
-        )
+        scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in results]
+        # The best results that fit one response: no more than a page may hold.
+        return memory_pb2.SearchMemoriesResponse(results=scored[: fitting(scored)])
 
     @reports_errors
     async def GetMemory(
@@ -138,13 +147,15 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         limit = page_size(request.page_size)
         scope = scope_from_proto(request.scope, "scope")
         key = (request.store, scope.user_id, scope.agent_id, scope.session_id)
-        after = decode_page_token(request.page_token, lambda after: type(after) is int, *key) or 0
+        after = self._page_tokens.decode(request.page_token, lambda after: type(after) is int, *key) or 0
         records = await self._store.list_memories(
             caller_namespace(context), request.store, scope, int(after), limit + 1
         )
-        response = memory_pb2.ListMemoriesResponse(memories=[memory_to_proto(r) for r in records[:limit]])
-        if len(records) > limit:
-            response.next_page_token = encode_page_token(records[limit - 1].seq, *key)
+        memories = [memory_to_proto(r) for r in records[:limit]]
+        kept = fitting(memories)
+        response = memory_pb2.ListMemoriesResponse(memories=memories[:kept])
+        if len(records) > kept:
+            response.next_page_token = self._page_tokens.encode(records[kept - 1].seq, *key)
         return response
 
     @reports_errors

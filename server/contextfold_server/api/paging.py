@@ -1,17 +1,32 @@
-"""Pagination (AIP-158): page sizes, and page tokens bound to the request they came from."""
+"""Pagination (AIP-158): page sizes, pages that always fit a response, and signed page tokens.
+
+A page holds at most the size asked for, and fewer when its items are large: a
+response stays within `MAX_PAGE_BYTES`, under the 4 MiB that gRPC clients
+accept by default, whatever was stored. A page token is the position its page
+ended on, bound to the request it came from and signed with a key every replica
+shares (kept in the database), so a token is opaque, works on any replica, and
+one that was forged or altered is refused with INVALID_ARGUMENT.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from google.protobuf.message import Message
 
 from ..errors import InvalidArgument
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+# What a page's items may take, encoded; the rest of a response is small.
+MAX_PAGE_BYTES = 3 * 1024 * 1024
+# An item's field tag and length, besides its own bytes.
+_ITEM_OVERHEAD = 6
 
 
 def page_size(requested: int, field: str = "page_size") -> int:
@@ -20,28 +35,63 @@ def page_size(requested: int, field: str = "page_size") -> int:
     return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
+def fitting(items: Sequence[Message], budget: int = MAX_PAGE_BYTES) -> int:
+    """How many of `items`, from the first, fit in `budget` bytes: always at least one (every item
+    fits on its own: what is stored is bounded so that it does)."""
+    total = 0
+    for count, item in enumerate(items):
+        total += item.ByteSize() + _ITEM_OVERHEAD
+        if total > budget and count > 0:
+            return count
+    return len(items)
+
+
+class PageTokens:
+    """Makes and reads page tokens, signed with the service's key."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def encode(self, after: Any, *request_parts: str) -> str:
+        payload = json.dumps({"after": after, "key": _request_key(*request_parts)}, separators=(",", ":")).encode()
+        return f"{_b64(payload)}.{_b64(self._signature(payload))}"
+
+    def decode(self, token: str, is_position: Callable[[Any], bool], *request_parts: str) -> Any:
+        """The position a page ended on, or None for the first page. `is_position` checks its shape."""
+        if not token:
+            return None
+        encoded_payload, _, encoded_signature = token.partition(".")
+        try:
+            payload = _unb64(encoded_payload)
+            signature = _unb64(encoded_signature)
+        except ValueError:
+            raise _not_ours() from None
+        if not hmac.compare_digest(signature, self._signature(payload)):
+            raise _not_ours()
+        decoded = json.loads(payload)
+        if not is_position(decoded["after"]):
+            raise _not_ours()
+        if decoded["key"] != _request_key(*request_parts):
+            raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
+        return decoded["after"]
+
+    def _signature(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, payload, hashlib.sha256).digest()[:16]
+
+
 def _request_key(*parts: str) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
-def encode_page_token(after: Any, *request_parts: str) -> str:
-    payload = json.dumps({"after": after, "key": _request_key(*request_parts)})
-    return base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def decode_page_token(token: str, is_position: Callable[[Any], bool], *request_parts: str) -> Any:
-    """The position a page ended on, or None for the first page. `is_position` checks its shape:
-    a token is opaque to callers, not tamper-proof, so what comes back is checked like any input."""
-    if not token:
-        return None
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        after, key = payload["after"], payload["key"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise InvalidArgument.of("page_token", "is not a token this service issued") from error
-    if not is_position(after):
-        raise InvalidArgument.of("page_token", "is not a token this service issued")
-    if key != _request_key(*request_parts):
-        raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
-    return after
+def _unb64(text: str) -> bytes:
+    if not text.isascii():
+        raise ValueError("not base64")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _not_ours() -> InvalidArgument:
+    return InvalidArgument.of("page_token", "is not a token this service issued")

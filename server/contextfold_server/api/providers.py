@@ -14,20 +14,29 @@ from ..providers.registry import ProviderDirectory, ProviderRepository
 from .caller import caller_namespace
 from .checks import check_compiles, check_provider_name
 from .convert import PROVIDER_FIELDS, RESERVED_SOURCES, provider_fields_from_proto, provider_to_proto
-from .paging import decode_page_token, encode_page_token, page_size
+from .paging import PageTokens, fitting, page_size
 from .status import reports_errors
 
 
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
-    def __init__(self, repository: ProviderRepository, directory: ProviderDirectory, sandbox: Sandbox) -> None:
+    def __init__(
+        self, repository: ProviderRepository, directory: ProviderDirectory, sandbox: Sandbox, page_tokens: PageTokens
+    ) -> None:
         self._repository = repository
+        self._page_tokens = page_tokens
         self._directory = directory
         self._sandbox = sandbox
 
-    async def _checked_fields(self, provider: provider_pb2.Provider, paths: Collection[str]) -> dict[str, Any]:
+    async def _checked_fields(
+        self, provider: provider_pb2.Provider, paths: Collection[str], context: grpc.aio.ServicerContext
+    ) -> dict[str, Any]:
         fields = provider_fields_from_proto(provider, paths)
         await check_compiles(
-            self._sandbox, [("trigger", fields.get("trigger_expression", ""), "provider.trigger_expression")]
+            self._sandbox,
+            [("trigger", fields.get("trigger_expression", ""), "provider.trigger_expression")],
+            caller_namespace(context),
+            context.time_remaining(),
+            to_store=True,
         )
         return fields
 
@@ -42,7 +51,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         namespace = caller_namespace(context)
         name = check_provider_name(request.provider.name, "provider.name", RESERVED_SOURCES)
         record = await self._repository.register(
-            namespace, {"name": name, **await self._checked_fields(request.provider, PROVIDER_FIELDS)}
+            namespace, {"name": name, **await self._checked_fields(request.provider, PROVIDER_FIELDS, context)}
         )
         await self._changed(namespace)
         return provider_pb2.RegisterProviderResponse(provider=provider_to_proto(record))
@@ -60,14 +69,16 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         self, request: provider_pb2.ListProvidersRequest, context: grpc.aio.ServicerContext
     ) -> provider_pb2.ListProvidersResponse:
         limit = page_size(request.page_size)
-        after = decode_page_token(
+        after = self._page_tokens.decode(
             request.page_token, lambda after: isinstance(after, list) and [type(v) for v in after] == [int, int]
         )
         records = await self._repository.page(caller_namespace(context), tuple(after) if after else None, limit + 1)
-        response = provider_pb2.ListProvidersResponse(providers=[provider_to_proto(r) for r in records[:limit]])
-        if len(records) > limit:
-            last = records[limit - 1]
-            response.next_page_token = encode_page_token([last.priority, last.seq])
+        providers = [provider_to_proto(r) for r in records[:limit]]
+        kept = fitting(providers)
+        response = provider_pb2.ListProvidersResponse(providers=providers[:kept])
+        if len(records) > kept:
+            last = records[kept - 1]
+            response.next_page_token = self._page_tokens.encode([last.priority, last.seq])
         return response
 
     @reports_errors
@@ -82,7 +93,9 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             raise InvalidArgument.of(
                 "update_mask", f"cannot change {', '.join(unknown)}; it may name {', '.join(sorted(PROVIDER_FIELDS))}"
             )
-        record = await self._repository.update(namespace, name, await self._checked_fields(request.provider, paths))
+        record = await self._repository.update(
+            namespace, name, await self._checked_fields(request.provider, paths, context)
+        )
         await self._changed(namespace)
         return provider_pb2.UpdateProviderResponse(provider=provider_to_proto(record))
 

@@ -19,18 +19,29 @@ from google.protobuf import json_format
 
 from ..engine.conversation import Role, Turn, is_user_turn, latest_index, text_of
 from ..engine.entries import RetrievedEntry
+from ..engine.gate import Skipped, SkipReason
 from ..engine.outcome import SourceFailed
-from .sandbox import Sandbox, SandboxError, encode_with_json
+from .sandbox import Sandbox, SandboxError, SandboxTimeout, encode_with_json
 
 # Past this many bytes, a request's context is encoded on a thread.
 _ENCODE_ON_THE_LOOP = 64 * 1024
 
 
 class RequestCustomizer:
-    def __init__(self, sandbox: Sandbox, request: injection_pb2.InjectRequest, turns: Sequence[Turn]) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        request: injection_pb2.InjectRequest,
+        turns: Sequence[Turn],
+        tenant: str,
+        deadline: float | None,
+    ) -> None:
         self._sandbox = sandbox
         self._request = request
         self._turns = turns
+        self._tenant = tenant
+        # When the caller's time runs out (the event loop's clock), or None.
+        self._deadline = deadline
         self._context: asyncio.Future[str] | None = None
 
     def _context_json(self) -> str:
@@ -53,8 +64,11 @@ class RequestCustomizer:
         )
 
     async def _run(self, kind: str, what: str, source: str, data_json: str) -> Any:
+        within = None if self._deadline is None else self._deadline - asyncio.get_running_loop().time()
         try:
-            return await self._sandbox.run_encoded(encode_with_json(kind, source, data_json))
+            return await self._sandbox.run_encoded(encode_with_json(kind, source, data_json), self._tenant, within)
+        except SandboxTimeout as timeout:
+            raise Skipped(SkipReason.TIMEOUT, f"{what}: {timeout}") from None
         except SandboxError as error:
             raise SourceFailed(f"{what} failed: {error}") from None
 

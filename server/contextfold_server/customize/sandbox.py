@@ -2,24 +2,34 @@
 
 Workers start with an empty environment (no database URL, no keys), and every
 exchange with them is JSON: nothing a worker sends can make the server run code.
+
+Workers are shared fairly: a free worker goes to the tenants waiting in turn
+(round robin over namespaces, first come first served within one), so one
+tenant's many or slow expressions make its own calls wait, not everyone's. A
+wait is bounded by the caller's time: a call that cannot get a worker in time
+hears so (`SandboxTimeout`) rather than running past its deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import struct
 import sys
+from collections import OrderedDict, deque
 from typing import Any
 
+from ..observe.logs import warn_throttled
 from .worker import READY
 
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
+_COMPILED_KEPT = 4096
 
 
 # What a worker's environment holds: only where to find contextfold's code, if it was given.
@@ -42,21 +52,31 @@ class SandboxError(Exception):
     """An expression or template failed, ran past its time, or took its worker down; the message says which."""
 
 
+class SandboxTimeout(SandboxError):
+    """Out of time: the run passed the sandbox's time limit, or the caller's time ran out first
+    (`callers_time`), waiting for a worker or while one ran."""
+
+    def __init__(self, message: str, callers_time: bool) -> None:
+        super().__init__(message)
+        self.callers_time = callers_time
+
+
 class Sandbox:
     def __init__(self, workers: int = 2, time_limit: float = 0.25) -> None:
         self.time_limit = time_limit
         self._size = workers
-        self._idle: asyncio.Queue[asyncio.subprocess.Process] = asyncio.Queue()
+        self._workers = _FairShare()
+        # Sources known to compile (by kind and digest), the least recently checked forgotten first.
+        self._compiled: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._respawning: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         for _ in range(self._size):
-            self._idle.put_nowait(await self._spawn())
+            self._workers.release(await self._spawn())
 
     async def close(self) -> None:
         await asyncio.gather(*self._respawning, return_exceptions=True)
-        while not self._idle.empty():
-            worker = self._idle.get_nowait()
+        for worker in self._workers.take_idle():
             _kill(worker)
             await worker.wait()
 
@@ -75,25 +95,48 @@ class Sandbox:
             raise RuntimeError("the sandbox worker did not start")
         return worker
 
-    async def check(self, kind: str, source: str) -> str | None:
-        """Why a `trigger` or `query` expression, or a `format` template, does not compile; None when it does."""
+    async def check(self, kind: str, source: str, tenant: str, within: float | None = None) -> str | None:
+        """Why a `trigger` or `query` expression, or a `format` template, does not compile; None when it
+        does. Raises `SandboxTimeout` when the caller's time (`within` seconds) ran out before it could
+        be told (one that compiles for longer than the sandbox's time limit does not compile)."""
+        key = (kind, hashlib.sha256(source.encode()).digest())
+        if key in self._compiled:
+            self._compiled.move_to_end(key)
+            return None
         try:
-            await self.run(f"check-{kind}", source, None)
+            await self.run(f"check-{kind}", source, None, tenant, within)
+        except SandboxTimeout as timeout:
+            if timeout.callers_time:
+                raise
+            return str(timeout)
         except SandboxError as error:
             return str(error)
+        # What compiled once compiles again: an agent sending the same template each call has it
+        # checked once, not at each call.
+        self._compiled[key] = None
+        if len(self._compiled) > _COMPILED_KEPT:
+            self._compiled.popitem(last=False)
         return None
 
-    async def run(self, kind: str, source: str, data: Any) -> Any:
+    async def run(self, kind: str, source: str, data: Any, tenant: str, within: float | None = None) -> Any:
         """Run a `trigger` or `query` expression, or a `format` template, on `data`."""
-        return await self.run_encoded(encode(kind, source, data))
+        return await self.run_encoded(encode(kind, source, data), tenant, within)
 
-    async def run_encoded(self, payload: bytes) -> Any:
-        """Run a request already encoded (`encode`), as a large one is, off the event loop."""
-        worker = await self._idle.get()
+    async def run_encoded(self, payload: bytes, tenant: str, within: float | None = None) -> Any:
+        """Run a request already encoded (`encode`), as a large one is, off the event loop, for `tenant`
+        (whose turn it waits for), within the caller's `within` seconds (None: no deadline)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else loop.time() + within
+        try:
+            async with asyncio.timeout_at(deadline):
+                worker = await self._workers.acquire(tenant)
+        except TimeoutError:
+            raise SandboxTimeout("no sandbox worker was free before the caller's deadline", True) from None
+        limit = self.time_limit if deadline is None else min(self.time_limit, deadline - loop.time())
         answered = False
         retired = False
         try:
-            async with asyncio.timeout(self.time_limit):
+            async with asyncio.timeout(limit):
                 to_worker, from_worker = _pipes(worker)
                 to_worker.write(payload)
                 await to_worker.drain()
@@ -101,14 +144,18 @@ class Sandbox:
                 reply = json.loads(await from_worker.readexactly(size))
             answered, retired = True, bool(reply.get("retire"))
         except TimeoutError:
-            raise SandboxError(f"ran past its time limit of {self.time_limit * 1000:.0f} ms") from None
+            if limit < self.time_limit:
+                raise SandboxTimeout(
+                    f"the caller's deadline came after {limit * 1000:.0f} ms of running", True
+                ) from None
+            raise SandboxTimeout(f"ran past its time limit of {self.time_limit * 1000:.0f} ms", False) from None
         except (asyncio.IncompleteReadError, ConnectionError) as error:
             raise SandboxError(f"its worker died: {type(error).__name__}") from None
         finally:
             # A worker that did not answer, for whatever reason (its time ran out, it died, or the
             # caller gave up), may still owe a reply: it is replaced, never handed to the next caller.
             if answered and not retired:
-                self._idle.put_nowait(worker)
+                self._workers.release(worker)
             else:
                 self._replace(
                     worker, "retired: past its memory budget" if retired else "overrun, crash or cancellation"
@@ -119,7 +166,7 @@ class Sandbox:
 
     def _replace(self, worker: asyncio.subprocess.Process, reason: str) -> None:
         _kill(worker)
-        logger.warning("reason=<%s> | sandbox worker replaced", reason)
+        warn_throttled(logger, reason, "reason=<%s> | sandbox worker replaced", reason)
         task = asyncio.get_running_loop().create_task(self._respawn(worker))
         self._respawning.add(task)
         task.add_done_callback(self._respawning.discard)
@@ -128,12 +175,61 @@ class Sandbox:
         await worker.wait()
         while True:
             try:
-                self._idle.put_nowait(await self._spawn())
+                self._workers.release(await self._spawn())
                 return
             except (OSError, RuntimeError, asyncio.IncompleteReadError) as error:
                 # The pool must heal: a worker that cannot start now is tried again.
                 logger.error("reason=<%s> | sandbox worker failed to start | retrying in 1s", error)
                 await asyncio.sleep(1.0)
+
+
+class _FairShare:
+    """Idle workers, and the callers waiting for one, queued per tenant and served in turn."""
+
+    def __init__(self) -> None:
+        self._idle: list[asyncio.subprocess.Process] = []
+        # Each waiting tenant's callers, first come first; the tenants in the order they are served.
+        self._waiting: OrderedDict[str, deque[asyncio.Future[asyncio.subprocess.Process]]] = OrderedDict()
+
+    async def acquire(self, tenant: str) -> asyncio.subprocess.Process:
+        if self._idle and not self._waiting:
+            return self._idle.pop()
+        waiter: asyncio.Future[asyncio.subprocess.Process] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(tenant, deque()).append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                # Handed a worker just as the caller gave up: it goes to the next in turn.
+                self.release(waiter.result())
+            else:
+                self._forget(tenant, waiter)
+            raise
+
+    def release(self, worker: asyncio.subprocess.Process) -> None:
+        """A worker is free: it goes to the next tenant in turn, or is kept idle."""
+        while self._waiting:
+            tenant, waiters = next(iter(self._waiting.items()))
+            waiter = waiters.popleft()
+            if waiters:
+                self._waiting.move_to_end(tenant)
+            else:
+                del self._waiting[tenant]
+            if not waiter.done():
+                waiter.set_result(worker)
+                return
+        self._idle.append(worker)
+
+    def take_idle(self) -> list[asyncio.subprocess.Process]:
+        idle, self._idle = self._idle, []
+        return idle
+
+    def _forget(self, tenant: str, waiter: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        waiters = self._waiting.get(tenant)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._waiting[tenant]
 
 
 def _pipes(worker: asyncio.subprocess.Process) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:

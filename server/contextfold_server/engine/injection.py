@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..observe.logs import warn_throttled
 from .conversation import Turn
 from .entries import RetrievedEntry
 from .fold import fold_target, shows_text
@@ -79,14 +80,22 @@ class InjectionOutcome:
     def memory(self) -> SourceOutcome:
         return self.sources[0]
 
+    def leave_all_out(self, reason: SkipReason, detail: str) -> None:
+        """Fold nothing after all: every source that was to be folded is left out, with why."""
+        self.blocks, self.total_tokens = [], 0
+        for source in self.sources:
+            if source.injected:
+                source.skip(reason, detail)
+
 
 # Time kept back from the caller's deadline to build and send the answer, so a
-# source that runs out the clock still leaves room for a fail-open reply.
-_DEADLINE_RESERVE = 0.02
+# source that runs out the clock still leaves room for a fail-open reply, also on
+# a busy machine: a tenth of the caller's time, and at least 50 ms.
+_DEADLINE_RESERVE = 0.05
 _DEADLINE_RESERVE_SHARE = 0.1
 
 
-def _answer_budget(time_left: float | None) -> float | None:
+def answer_budget(time_left: float | None) -> float | None:
     """Seconds the sources may use: the caller's time less the reserve; None without a deadline."""
     if time_left is None:
         return None
@@ -103,7 +112,7 @@ async def inject(
 ) -> InjectionOutcome:
     """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out."""
     started = time.perf_counter()
-    budget = _answer_budget(request.time_left)
+    budget = answer_budget(request.time_left)
     target = fold_target(turns)
     memory = SourceOutcome(MEMORY_SOURCE, request.memory.priority)
     providers = sorted(request.providers, key=lambda spec: (-spec.priority, spec.order))
@@ -164,7 +173,9 @@ async def inject(
                     source.skip(dropped.reason, dropped.detail)
         outcome.durations["fold"] = time.perf_counter() - folding
     except Exception as error:  # noqa: BLE001 - fail open: injection must never stop the model call.
-        logger.warning("reason=<%s> | injection failed | returning the messages untouched", error)
+        warn_throttled(
+            logger, type(error).__name__, "reason=<%s> | injection failed | returning the messages untouched", error
+        )
         outcome.blocks, outcome.total_tokens = [], 0
         for source in outcome.sources:
             source.skip(SkipReason.FAILED, describe(error))
@@ -203,7 +214,13 @@ async def _bounded(
         source.skip(SkipReason.TIMEOUT, f"no answer within {timeout:.3f}s")
     except Exception as error:  # noqa: BLE001 - fail open: one source failing leaves only it out.
         source.skip(SkipReason.FAILED, describe(error))
-        logger.warning("source=<%s>, reason=<%s> | source failed | leaving it out", source.source, source.detail)
+        warn_throttled(
+            logger,
+            f"{source.source}:{type(error).__name__}",
+            "source=<%s>, reason=<%s> | source failed | leaving it out",
+            source.source,
+            source.detail,
+        )
     finally:
         source.duration = time.perf_counter() - started
     return None

@@ -17,7 +17,7 @@ from .conversation import Turn, injected_entry_ids
 from .entries import RetrievedEntry, rank_across_stores
 from .format import MemoryFormat
 from .gate import Customizer, Gate, Skipped, SkipReason
-from .outcome import SourceOutcome
+from .outcome import SourceFailed, SourceOutcome
 from .query import adaptive_query
 from .trigger import Trigger
 
@@ -71,6 +71,8 @@ class SearchResult:
     entries: list[RetrievedEntry]
     # Sub-stages the search measured itself, e.g. `embed` and `search`.
     durations: dict[str, float] = field(default_factory=dict)
+    # Stores named but not searched, each with why (it does not exist, its dimension differs).
+    left_out: tuple[str, ...] = ()
 
 
 class MemorySearch(Protocol):
@@ -122,6 +124,10 @@ async def retrieve_memory(
     result = await search(search_query)
     stages.done("search")
     stages.durations.update(result.durations)
+    if result.left_out and len(result.left_out) == len(request.stores):
+        raise SourceFailed("; ".join(result.left_out))
+    # One store that cannot be searched leaves only itself out, as the reference does.
+    outcome.notes = result.left_out
     entries = rank_across_stores(
         (entry for entry in result.entries if entry.id not in search_query.exclude_ids), request.max_entries
     )

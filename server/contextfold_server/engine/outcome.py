@@ -35,12 +35,14 @@ class SourceOutcome:
     # Memory's own: what it searched with, and the entries it folded, best first.
     query: str = ""
     entries: tuple[RetrievedEntry, ...] = ()
+    # What the report says besides, folded or not: memory's stores left out of the search.
+    notes: tuple[str, ...] = ()
 
     def skip(self, reason: SkipReason, detail: str) -> None:
         """Leave this source out, with why: it folds nothing."""
         self.injected, self.tokens, self.entries = False, 0, ()
-        self.skip_reason, self.detail = reason, detail
+        self.skip_reason, self.detail = reason, "; ".join((detail, *self.notes))
 
     def fold(self, tokens: int, entries: tuple[RetrievedEntry, ...] = ()) -> None:
         self.injected, self.tokens, self.entries = True, tokens, entries
-        self.skip_reason, self.detail = None, ""
+        self.skip_reason, self.detail = None, "; ".join(self.notes)

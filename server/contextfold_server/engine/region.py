@@ -115,6 +115,9 @@ async def plan_region(
             within_cap = functools.partial(_within_cap, measures, cap=candidate.max_tokens)
             fitted = await _largest_within(candidate, within_cap)
             blank = fitted is not None and not (await measures.text(fitted)).strip()
+        except Skipped as skipped:
+            plan.dropped[candidate.source] = skipped
+            continue
         except Exception as error:  # noqa: BLE001 - a rendering that fails leaves only its source out.
             plan.dropped[candidate.source] = Skipped(SkipReason.FAILED, describe(error))
             continue

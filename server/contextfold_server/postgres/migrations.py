@@ -9,6 +9,7 @@ nothing. Tables live in their own schema so contextfold can share a database.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import psycopg
@@ -117,6 +118,12 @@ MIGRATIONS: list[tuple[int, str]] = [
             for column in ("user_id", "agent_id", "session_id")
         ),
     ),
+    (
+        6,
+        # Keys the service shares between its replicas (page tokens' signing key): read at start-up
+        # by the login role, never by requests.
+        f"CREATE TABLE {SCHEMA}.service_secrets (name text PRIMARY KEY, value bytea NOT NULL)",
+    ),
 ]
 
 
@@ -169,6 +176,20 @@ async def migrate(conninfo: str) -> None:
                 await _grant_service_role(conn)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
+
+
+async def service_secret(conninfo: str, name: str) -> bytes:
+    """The secret `name`, made (32 random bytes) by whichever replica asks first: every replica then
+    reads the same one, so what one signs another accepts."""
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute(
+            f"INSERT INTO {SCHEMA}.service_secrets (name, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (name, secrets.token_bytes(32)),
+        )
+        cursor = await conn.execute(f"SELECT value FROM {SCHEMA}.service_secrets WHERE name = %s", (name,))
+        row = await cursor.fetchone()
+    assert row is not None
+    return bytes(row[0])
 
 
 async def ensure_vector_index(conn: psycopg.AsyncConnection[Any], dimension: int) -> None:

@@ -11,7 +11,9 @@ unprivileged service role.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, cast
 
@@ -33,6 +35,7 @@ class Database:
         self._pool = pool
         # The namespace each pooled connection acts for, so it is set only when it changes.
         self._namespaces: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
+        self._checking: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, conninfo: str, session_settings: str = "", min_size: int = 2, max_size: int = 10) -> Database:
@@ -65,9 +68,19 @@ class Database:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def check(self) -> None:
+        """Check every idle connection, replacing those that were lost (the database restarted)."""
+        await self._pool.check()
+
     def connection(self, namespace: str) -> NamespaceConnection:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
-        return NamespaceConnection(self._pool, namespace, self._namespaces)
+        return NamespaceConnection(self._pool, namespace, self._namespaces, self._connection_lost)
+
+    def _connection_lost(self) -> None:
+        """One connection was lost: the database restarted, or the network failed, and the idle ones are
+        most likely lost too. They are checked at once (and replaced), so each does not fail a call first."""
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._pool.check())
 
     def stats(self) -> dict[str, int]:
         """The pool's size and use, for metrics."""
@@ -88,10 +101,12 @@ class NamespaceConnection:
         pool: AsyncConnectionPool,
         namespace: str,
         namespaces: weakref.WeakKeyDictionary[Connection, str],
+        lost: Callable[[], None],
     ) -> None:
         self._context = pool.connection()
         self._namespace = namespace
         self._namespaces = namespaces
+        self._lost = lost
 
     async def __aenter__(self) -> Connection:
         try:
@@ -103,6 +118,8 @@ class NamespaceConnection:
                 await conn.commit()
                 self._namespaces[conn] = self._namespace
         except (psycopg.Error, TimeoutError) as error:
+            if isinstance(error, psycopg.OperationalError):
+                self._lost()
             raise Unavailable(f"database unavailable: {error}") from error
         return conn
 
@@ -111,4 +128,5 @@ class NamespaceConnection:
     ) -> None:
         await self._context.__aexit__(exc_type, exc, tb)
         if isinstance(exc, psycopg.OperationalError):
+            self._lost()
             raise Unavailable(f"database unavailable: {exc}") from exc

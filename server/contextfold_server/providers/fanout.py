@@ -52,6 +52,11 @@ class ProviderChannels:
             self._methods[target] = method
         return method
 
+    def connected(self, target: str) -> bool:
+        """Whether the channel to `target` is connected: a status that came back on it is the provider's."""
+        channel = self._channels.get(target)
+        return channel is not None and channel.get_state() == grpc.ChannelConnectivity.READY
+
     async def keep_only(self, targets: Iterable[str]) -> None:
         """Close the channels of targets no registration uses any more."""
         wanted = set(targets)
@@ -76,7 +81,8 @@ def provider_port(
         return context().SerializeToString()
 
     async def provide(spec: ProviderSpec, timeout: float) -> str:
-        method = channels.provide_method(targets[spec.name])
+        target = targets[spec.name]
+        method = channels.provide_method(target)
         request = serialized_context() + provider_pb2.ProvideRequest(provider=spec.name).SerializeToString()
         with span(f"contextfold.provider {spec.name}", SpanKind.CLIENT, provider=spec.name) as current:
             try:
@@ -86,7 +92,7 @@ def provider_port(
                 current.set_status(Status(StatusCode.ERROR, error.code().name))
                 if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise TimeoutError from error
-                raise SourceFailed(describe_failure(error)) from error
+                raise SourceFailed(describe_failure(error, answered=channels.connected(target))) from error
         try:
             return provider_pb2.ProvideResponse.FromString(answer).text
         except DecodeError as error:
@@ -95,9 +101,10 @@ def provider_port(
     return provide
 
 
-def describe_failure(error: grpc.aio.AioRpcError) -> str:
+def describe_failure(error: grpc.aio.AioRpcError, answered: bool) -> str:
+    """A failed call in words: the status the provider `answered` with, or why it could not answer."""
     code, details = error.code(), error.details() or ""
-    if code == grpc.StatusCode.UNAVAILABLE:
+    if code == grpc.StatusCode.UNAVAILABLE and not answered:
         return f"unreachable: {details}"
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in details.lower():
         return f"response over {MAX_RESPONSE_BYTES} bytes: {details}"

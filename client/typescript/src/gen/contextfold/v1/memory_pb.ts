@@ -29,7 +29,7 @@ export type Store = Message<"contextfold.v1.Store"> & {
   name: string;
 
   /**
-   * What the store holds, for people.
+   * What the store holds, for people: at most 1,024 characters.
    *
    * @generated from field: string description = 2;
    */
@@ -131,7 +131,8 @@ export type Memory = Message<"contextfold.v1.Memory"> & {
   content: string;
 
   /**
-   * Free-form data kept with the entry.
+   * Free-form data kept with the entry: at most 16 KiB encoded, 16 levels deep,
+   * finite numbers only.
    *
    * @generated from field: google.protobuf.Struct metadata = 4;
    */
@@ -260,6 +261,8 @@ export const CreateStoreResponseSchema: GenMessage<CreateStoreResponse> = /*@__P
 export type ListStoresRequest = Message<"contextfold.v1.ListStoresRequest"> & {
   /**
    * At most this many stores; 0 means 50, and more than 1000 means 1000.
+   * A page holds fewer when its stores are large, so that it fits a response:
+   * follow next_page_token until it is empty.
    *
    * @generated from field: int32 page_size = 1;
    */
@@ -436,7 +439,8 @@ export type SearchMemoriesRequest = Message<"contextfold.v1.SearchMemoriesReques
   stores: string[];
 
   /**
-   * At most this many results; 0 means 5.
+   * At most this many results; 0 means 5. Fewer come back when they are large:
+   * the best that fit one response.
    *
    * @generated from field: int32 max_results = 4;
    */
@@ -542,6 +546,8 @@ export type ListMemoriesRequest = Message<"contextfold.v1.ListMemoriesRequest"> 
 
   /**
    * At most this many entries; 0 means 50, and more than 1000 means 1000.
+   * A page holds fewer when its entries are large, so that it fits a response:
+   * follow next_page_token until it is empty.
    *
    * @generated from field: int32 page_size = 2;
    */

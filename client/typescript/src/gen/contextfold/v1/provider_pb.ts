@@ -263,6 +263,8 @@ export const GetProviderResponseSchema: GenMessage<GetProviderResponse> = /*@__P
 export type ListProvidersRequest = Message<"contextfold.v1.ListProvidersRequest"> & {
   /**
    * At most this many providers; 0 means 50, and more than 1000 means 1000.
+   * A page holds fewer when its providers are large, so that it fits a response:
+   * follow next_page_token until it is empty.
    *
    * @generated from field: int32 page_size = 1;
    */
