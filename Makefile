@@ -38,9 +38,10 @@ $(TS_READY): $(TS)/package.json $(TS)/package-lock.json
 
 install: $(DEV_READY) $(TS_READY)
 
-## run: start the server on localhost:50051 (embedded Postgres, local model). ARGS="--port 6000" to change.
+## run: start the server on localhost:50051 (embedded Postgres, local model), open: no API keys
+## (--auth none; ARGS="--auth keys" to require them). ARGS="--port 6000" to change the port.
 run: $(SERVER_READY)
-	$(BIN)/contextfold serve $(ARGS)
+	$(BIN)/contextfold serve --auth none $(ARGS)
 
 ## test: the whole suite against real servers, Postgres and the model (TypeScript's tests included).
 test: $(DEV_READY) $(TS_READY)

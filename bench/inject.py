@@ -51,6 +51,7 @@ import numpy as np
 import psutil
 import psycopg
 from contextfold import AsyncClient
+from contextfold_server.access.keys import OPEN_NAMESPACE
 from contextfold_server.config import available_cores
 from contextfold_server.memory.store import SEARCH_SETTINGS
 from pgvector.psycopg import register_vector, register_vector_async
@@ -151,7 +152,7 @@ async def fill(cf: AsyncClient, data: Data, target: int, have: int) -> tuple[lis
 
 
 _SEARCH = (
-    "SELECT id FROM contextfold.memories WHERE namespace = 'default' AND dimension = 384"
+    f"SELECT id FROM contextfold.memories WHERE namespace = '{OPEN_NAMESPACE}' AND dimension = 384"
     " AND store = ANY(%(stores)s){scope} ORDER BY (embedding::vector(384)) <=> %(vector)s LIMIT 5"
 )
 
@@ -307,7 +308,7 @@ async def insert_floor(database_url: str, data: Data, entries: int, indexed: boo
                 copying.set_types(["text", "text", "text", "text", "jsonb", "text", "int4", "vector"])
                 for i in range(n * batch, (n + 1) * batch):
                     text = data.texts[i % len(data.texts)]
-                    await copying.write_row(("default", f"floor-{i}", STORE, text, "{}", "floor", 384, blends[i]))
+                    await copying.write_row((OPEN_NAMESPACE, f"floor-{i}", STORE, text, "{}", "floor", 384, blends[i]))
             await conn.rollback()
 
     samples, seconds = await timed(copy, 4, 4)

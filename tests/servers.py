@@ -71,8 +71,10 @@ def start_server(
     """
     log = log_path.open("w")
     worker_option = () if workers is None or "--workers" in args else ("--workers", str(workers))
+    # Open, as `make run` is, unless the test asks for keys.
+    auth_option = () if "--auth" in args else ("--auth", "none")
     process = subprocess.Popen(
-        [*command, "--host", "127.0.0.1", "--port", "0", "--admin-port", "0", *worker_option, *args],
+        [*command, "--host", "127.0.0.1", "--port", "0", "--admin-port", "0", *worker_option, *auth_option, *args],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=ROOT,

@@ -21,6 +21,7 @@ import pytest
 from contextfold import Client, InvalidArgument
 from contextfold.errors import ResourceExhausted, Unavailable
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
+from contextfold_server.access.keys import OPEN_NAMESPACE
 
 from .certs import make_certificates
 from .conftest import unique, user
@@ -229,7 +230,7 @@ def test_one_json_log_line_per_call_with_a_request_id_and_no_bodies(ops: ServerP
     assert logged["message"] == "call"
     assert logged["method"] == "/contextfold.v1.InjectionService/Inject"
     assert logged["code"] == "OK"
-    assert logged["namespace"] == "default"
+    assert logged["namespace"] == OPEN_NAMESPACE
     assert logged["duration_ms"] > 0
     assert {"time", "level", "logger", "peer", "trace_id"} <= set(logged)
     # What the injection did, in the same line: memory was injected, or skipped with its reason.
@@ -258,6 +259,8 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
             database.url,
             "--drain-seconds",
             "3",
+            "--auth",
+            "none",
             "--grace-seconds",
             "10",
         ],
@@ -342,8 +345,8 @@ def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
         database.cleanup()
 
 
-def test_the_session_server_runs_open_and_says_so(server: ServerProcess) -> None:
-    assert "NO API KEYS: the service is OPEN" in server.log()
+def test_the_session_server_runs_open_because_it_was_told_to_and_says_so(server: ServerProcess) -> None:
+    assert "the service is OPEN (--auth none)" in server.log()
 
 
 def test_ctrl_c_in_a_terminal_stops_the_server_and_its_workers_cleanly(tmp_path: Path) -> None:

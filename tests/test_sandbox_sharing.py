@@ -33,7 +33,9 @@ class Tenants:
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     root = tmp_path_factory.mktemp("sandbox-sharing")
-    server = start_server(root / "server.log", "--data-dir", str(root / "pgdata"), "--sandbox-time-limit-ms", "1000")
+    server = start_server(
+        root / "server.log", "--data-dir", str(root / "pgdata"), "--sandbox-time-limit-ms", "1000", "--auth", "keys"
+    )
     try:
 
         def key(namespace: str) -> str:

@@ -68,7 +68,9 @@ def server(request, tenants: Tenants, tmp_path_factory: pytest.TempPathFactory) 
         command = (sys.executable, "-m", "tests.unscoped_server")
     log = tmp_path_factory.mktemp("tenancy-server") / "server.log"
     # Caches reread every 2 s even without a notification (the safety net the last test checks).
-    process = start_server(log, "--database-url", tenants.database_url, "--cache-reload-seconds", "2", command=command)
+    process = start_server(
+        log, "--database-url", tenants.database_url, "--cache-reload-seconds", "2", "--auth", "keys", command=command
+    )
     yield process
     assert process.stop() == 0, process.log()
     if request.param == "RLS alone":

@@ -44,6 +44,8 @@ class Config:
     max_connection_age_seconds: float
     keepalive_seconds: float
     cache_reload_seconds: float
+    # "keys": every call needs an API key; "none": the service is open (for one machine).
+    auth: str
     workers: int
     model_dir: Path
     embedding_threads: int
@@ -70,6 +72,13 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(prog="contextfold serve", description="Run the contextfold gRPC server.")
     option = _Options(parser).add
     option("--host", default="localhost", help="address to listen on")
+    option(
+        "--auth",
+        default="keys",
+        choices=["keys", "none"],
+        help="keys: every call needs an API key (contextfold keys create); none: no keys, every caller an admin"
+        " of the namespace ~open, which no key can name (for one machine: make run)",
+    )
     option("--port", int, 50051, help="0 picks a free port")
     option("--database-url", default="", help="a Postgres with pgvector; without one, an embedded Postgres is started")
     option("--data-dir", Path, default_data_dir(), help="where the embedded Postgres keeps its data")
@@ -161,6 +170,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         max_connection_age_seconds=args.max_connection_age_seconds,
         keepalive_seconds=args.keepalive_seconds,
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
+        auth=args.auth,
         workers=max(1, args.workers),
         model_dir=args.model_dir,
         embedding_threads=args.embedding_threads or min(available_cores(), 4),

@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--role", choices=ROLES, required=True, help="agent: inject and memories; admin: also stores and providers"
     )
     create.add_argument("--description", default="")
+    create.add_argument("--user-id", default="", help="bind the key to this user: every call is confined to it")
+    create.add_argument("--agent-id", default="", help="bind the key to this agent: every call is confined to it")
     actions.add_parser("list", help="every key, revoked ones included (never the keys themselves)")
     revoke = actions.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("id")
@@ -42,7 +44,7 @@ async def run(args: argparse.Namespace, database_url: str) -> int:
     keys = KeyRepository(database_url)
     if args.action == "create":
         try:
-            record, key = await keys.create(args.namespace, args.role, args.description)
+            record, key = await keys.create(args.namespace, args.role, args.description, args.user_id, args.agent_id)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1

@@ -93,7 +93,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     lag = LoopLagMonitor(metrics.loop_lag.observe)
     lag.start()
     listener = ChangeListener(shared.database_url, config.cache_reload_seconds)
-    keys = KeyRing(shared.database_url, listener)
+    keys = KeyRing(shared.database_url, listener, required=config.auth == "keys")
     health_servicer = health.aio.HealthServicer()
     readiness = Readiness(health_servicer, SERVICE_NAMES)
     pipeline = CallPipeline(metrics, config.max_in_flight, keys, readiness, lag)

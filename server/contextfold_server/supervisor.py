@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import logging
 import multiprocessing
 import os
@@ -30,6 +31,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from .access.keys import OPEN_NAMESPACE
 from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
@@ -216,6 +218,8 @@ def _supervise(
         from .embedding.local import exported_model
 
         model = exported_model(config.model_dir)
+    if config.auth == "none":
+        _warn_open(config.host)
     reservation, port = _reserve_port(config.host, config.port)
     supervisor = _Supervisor(config, Shared(database_url, port, model))
     if config.admin_port >= 0:
@@ -272,6 +276,19 @@ def _reserve_port(host: str, port: int) -> tuple[socket.socket, int]:
     reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     reservation.bind(address)
     return reservation, reservation.getsockname()[1]
+
+
+def _warn_open(host: str) -> None:
+    """Say loudly that the service runs open, and louder when it listens beyond this machine."""
+    try:
+        local = all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+    except (OSError, ValueError):
+        local = False
+    logger.warning(
+        "the service is OPEN (--auth none): no API keys, every caller acts as an admin of namespace %r%s",
+        OPEN_NAMESPACE,
+        "" if local else f"; {host} is reachable from other machines: use --auth keys there",
+    )
 
 
 def _transport(config: Config) -> str:

@@ -5,15 +5,18 @@ revocations, the secret is 32 random bytes. Only the key's SHA-256 is stored: a
 key has 256 bits of entropy, so a slow password hash would add nothing but
 latency to every call. Keys travel as `authorization: Bearer <key>` metadata.
 
-While no key is active the service is open: every call acts as an admin of the
-`default` namespace, and start-up says so loudly. Creating the first key closes it,
-on every replica, within moments (LISTEN/NOTIFY), as revoking a key takes effect.
+Keys are required unless the operator runs the service open (`--auth none`): then
+every call acts as an admin of `OPEN_NAMESPACE`, a namespace no key can name, so an
+open service never reaches a tenant's data. Whether keys exist changes nothing: with
+none active (all revoked, say), every call is refused. A key created or revoked takes
+effect on every replica within moments (LISTEN/NOTIFY).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,14 +26,16 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..postgres.listener import ChangeListener
-from ..postgres.migrations import SCHEMA
+from ..postgres.migrations import OPEN_NAMESPACE, SCHEMA
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "contextfold_keys"
-DEFAULT_NAMESPACE = "default"
 ROLES = ("agent", "admin")
 _PREFIX = "cfk_"
+_RECORD_COLUMNS = "id, namespace, role, description, create_time, revoke_time, user_id, agent_id"
+# A key's namespace: a letter or digit, then letters, digits and `._:@/+-`.
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -39,9 +44,12 @@ class Caller:
     role: str
     # The key's id; empty while the service is open.
     key_id: str = ""
+    # The scope the key is bound to, if it is: every call made with it is confined to it.
+    user_id: str = ""
+    agent_id: str = ""
 
 
-OPEN_CALLER = Caller(DEFAULT_NAMESPACE, "admin")
+OPEN_CALLER = Caller(OPEN_NAMESPACE, "admin")
 
 
 @dataclass(frozen=True)
@@ -52,12 +60,16 @@ class KeyRecord:
     description: str
     create_time: datetime
     revoke_time: datetime | None
+    user_id: str = ""
+    agent_id: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "namespace": self.namespace,
             "role": self.role,
+            "user_id": self.user_id,
+            "agent_id": self.agent_id,
             "description": self.description,
             "create_time": self.create_time.isoformat(),
             "revoked": self.revoke_time.isoformat() if self.revoke_time else None,
@@ -83,18 +95,26 @@ class KeyRepository:
     async def _connect(self) -> psycopg.AsyncConnection[dict[str, Any]]:
         return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, row_factory=dict_row)
 
-    async def create(self, namespace: str, role: str, description: str = "") -> tuple[KeyRecord, str]:
-        """A new key for `namespace` with `role`; the key itself is shown only here."""
+    async def create(
+        self, namespace: str, role: str, description: str = "", user_id: str = "", agent_id: str = ""
+    ) -> tuple[KeyRecord, str]:
+        """A new key for `namespace` with `role`, bound to a user and/or an agent if they are given;
+        the key itself is shown only here."""
+        for name, value in (("user_id", user_id), ("agent_id", agent_id)):
+            if len(value) > 128 or not value.isprintable():
+                raise ValueError(f"{name} must be at most 128 printable characters")
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-        if not namespace or len(namespace) > 128 or not namespace.isprintable():
-            raise ValueError("namespace must be 1 to 128 printable characters")
+        if not _NAMESPACE.fullmatch(namespace):
+            raise ValueError(
+                "namespace must be 1 to 128 letters, digits or ._:@/+- characters, starting with a letter or digit"
+            )
         key, key_id = new_key()
         async with await self._connect() as conn, conn.transaction():
             cursor = await conn.execute(
-                f"INSERT INTO {SCHEMA}.api_keys (id, key_hash, namespace, role, description)"
-                " VALUES (%s, %s, %s, %s, %s) RETURNING id, namespace, role, description, create_time, revoke_time",
-                (key_id, hash_key(key), namespace, role, description),
+                f"INSERT INTO {SCHEMA}.api_keys (id, key_hash, namespace, role, description, user_id, agent_id)"
+                f" VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING {_RECORD_COLUMNS}",
+                (key_id, hash_key(key), namespace, role, description, user_id, agent_id),
             )
             row = await cursor.fetchone()
             await conn.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
@@ -103,10 +123,7 @@ class KeyRepository:
 
     async def list(self) -> list[KeyRecord]:
         async with await self._connect() as conn:
-            cursor = await conn.execute(
-                f"SELECT id, namespace, role, description, create_time, revoke_time FROM {SCHEMA}.api_keys"
-                " ORDER BY create_time, id"
-            )
+            cursor = await conn.execute(f"SELECT {_RECORD_COLUMNS} FROM {SCHEMA}.api_keys ORDER BY create_time, id")
             return [KeyRecord(**row) for row in await cursor.fetchall()]
 
     async def revoke(self, key_id: str) -> bool:
@@ -125,16 +142,13 @@ class KeyRing:
     """This replica's view of the active keys, kept current by the change listener; a lookup never
     waits on Postgres."""
 
-    def __init__(self, conninfo: str, listener: ChangeListener) -> None:
+    def __init__(self, conninfo: str, listener: ChangeListener, required: bool = True) -> None:
         self._conninfo = conninfo
+        # Whether calls need a key (they do unless the service runs open, `--auth none`).
+        self.required = required
         self._callers: dict[bytes, Caller] = {}
         self._loaded = False
         listener.subscribe(CHANNEL, changed=lambda _: self.reload(), reload=self.reload)
-
-    @property
-    def open(self) -> bool:
-        """Whether no key is active, so that every call acts as an admin of `default`."""
-        return not self._callers
 
     def caller(self, key: str) -> Caller | None:
         """Whose key this is; None for a key that is unknown or revoked."""
@@ -143,19 +157,18 @@ class KeyRing:
     async def reload(self) -> None:
         async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, row_factory=dict_row) as conn:
             cursor = await conn.execute(
-                f"SELECT id, key_hash, namespace, role FROM {SCHEMA}.api_keys WHERE revoke_time IS NULL"
+                f"SELECT id, key_hash, namespace, role, user_id, agent_id FROM {SCHEMA}.api_keys"
+                " WHERE revoke_time IS NULL"
             )
             rows = await cursor.fetchall()
-        first, was_open = not self._loaded, self.open
-        self._callers = {bytes(row["key_hash"]): Caller(row["namespace"], row["role"], row["id"]) for row in rows}
+        had_keys = bool(self._callers) or not self._loaded
+        self._callers = {
+            bytes(row["key_hash"]): Caller(row["namespace"], row["role"], row["id"], row["user_id"], row["agent_id"])
+            for row in rows
+        }
         self._loaded = True
-        if not first and was_open == self.open:
-            return
-        if self.open:
+        if self.required and had_keys and not self._callers:
             logger.warning(
-                "NO API KEYS: the service is OPEN, every caller acts as an admin of the %r namespace."
-                " Create a key (contextfold keys create) to require one",
-                DEFAULT_NAMESPACE,
+                "no active API keys: every call is refused (UNAUTHENTICATED) until one is created"
+                " (contextfold keys create)"
             )
-        else:
-            logger.info("API keys are required | active_keys=<%d>", len(self._callers))

@@ -1,4 +1,5 @@
-"""Who is calling: the namespace (tenant) and role a call acts with, set by the call pipeline."""
+"""Who is calling: the namespace (tenant) and role a call acts with, set by the call pipeline, and
+the scope a key bound to one confines the call to."""
 
 from __future__ import annotations
 
@@ -7,10 +8,33 @@ from contextvars import ContextVar
 import grpc
 
 from ..access.keys import OPEN_CALLER, Caller
+from ..errors import PermissionDenied
+from ..memory.store import Scope
 
 CALLER: ContextVar[Caller] = ContextVar("caller", default=OPEN_CALLER)
 
 
 def caller_namespace(context: grpc.aio.ServicerContext) -> str:
-    """The namespace the call acts in: its key's, or `default` while the service is open."""
+    """The namespace the call acts in: its key's, or the open namespace when the service runs open."""
     return CALLER.get().namespace
+
+
+def confined(scope: Scope, field: str) -> Scope:
+    """`scope` (at `field` in the request) within the scope the caller's key is bound to: a bound
+    field the request leaves empty takes the key's value; one that names another is refused."""
+    caller = CALLER.get()
+    bound = {"user_id": caller.user_id, "agent_id": caller.agent_id}
+    values = {"user_id": scope.user_id, "agent_id": scope.agent_id}
+    for name, value in bound.items():
+        if value and values[name] not in ("", value):
+            raise PermissionDenied(
+                "SCOPE_BOUND_KEY",
+                f"{field}.{name}: this key is bound to another {name}; leave it empty or name its own",
+            )
+        values[name] = value or values[name]
+    return Scope(user_id=values["user_id"], agent_id=values["agent_id"], session_id=scope.session_id)
+
+
+def bound_to_a_scope() -> bool:
+    caller = CALLER.get()
+    return bool(caller.user_id or caller.agent_id)

@@ -16,7 +16,7 @@ from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
 from ..tokens import count_tokens_off_the_loop
-from .caller import caller_namespace
+from .caller import caller_namespace, confined
 from .checks import MAX_RESPONSE_BYTES, check_compiles, check_max_tokens, check_provider_names
 from .convert import (
     RESERVED_SOURCES,
@@ -64,7 +64,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             None if budget is None else budget / 2,
             to_store=False,
         )
-        scope = scope_from_proto(request.memory.scope, "memory.scope")
+        scope = confined(scope_from_proto(request.memory.scope, "memory.scope"), "memory.scope")
         max_tokens = check_max_tokens(request.max_tokens, "max_tokens")
         check_provider_names(request.providers, "providers", RESERVED_SOURCES)
         try:

@@ -9,10 +9,10 @@ from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
 from ..embedding import Embedder
 from ..engine.memory import SearchQuery
-from ..errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound, PermissionDenied
 from ..memory.search import MemorySearcher
-from ..memory.store import NewMemory, PostgresMemoryStore
-from .caller import caller_namespace
+from ..memory.store import NewMemory, PostgresMemoryStore, Scope
+from .caller import bound_to_a_scope, caller_namespace, confined
 from .checks import (
     MAX_BATCH,
     check_count,
@@ -70,6 +70,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.DeleteStoreRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.DeleteStoreResponse:
         check_store_name(request.name, "name")
+        if bound_to_a_scope():
+            # A store holds every user's entries: a key confined to one scope may not remove them all.
+            raise PermissionDenied("SCOPE_BOUND_KEY", "DeleteStore: this key is bound to a scope")
         deleted = await self._store.delete_store(caller_namespace(context), request.name, request.force)
         return memory_pb2.DeleteStoreResponse(deleted_memory_count=deleted)
 
@@ -81,7 +84,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         if not request.memories:
             raise InvalidArgument.of("memories", "must hold at least one entry")
         check_count(request.memories, MAX_BATCH, "memories", "entries")
-        new = new_memories_from_proto(request.memories)
+        new = [
+            replace(memory, scope=confined(memory.scope, f"memories[{index}]"))
+            for index, memory in enumerate(new_memories_from_proto(request.memories))
+        ]
         stores = await self._store.get_stores(caller_namespace(context), [request.store])
         if request.store not in stores:
             raise NotFound("store", request.store)
@@ -125,7 +131,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             exclude_ids=frozenset(),
         )
         results, _ = await self._searcher.search(
-            caller_namespace(context), scope_from_proto(request.scope, "scope"), query
+            caller_namespace(context), confined(scope_from_proto(request.scope, "scope"), "scope"), query
         )
         scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in results]
         # The best results that fit one response: no more than a page may hold.
@@ -136,7 +142,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.GetMemoryResponse:
         check_memory_id(request.id, "id")
-        record = await self._store.get_memory(caller_namespace(context), request.id)
+        record = await self._store.get_memory(caller_namespace(context), request.id, confined(Scope(), "scope"))
         return memory_pb2.GetMemoryResponse(memory=memory_to_proto(record))
 
     @reports_errors
@@ -145,7 +151,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.ListMemoriesResponse:
         check_store_name(request.store, "store")
         limit = page_size(request.page_size)
-        scope = scope_from_proto(request.scope, "scope")
+        scope = confined(scope_from_proto(request.scope, "scope"), "scope")
         key = (request.store, scope.user_id, scope.agent_id, scope.session_id)
         after = self._page_tokens.decode(request.page_token, lambda after: type(after) is int, *key) or 0
         records = await self._store.list_memories(
@@ -168,6 +174,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         for index, memory_id in enumerate(request.ids):
             check_memory_id(memory_id, f"ids[{index}]")
         deleted = await self._store.delete_memories(
-            caller_namespace(context), list(dict.fromkeys(request.ids)), request.allow_missing
+            caller_namespace(context),
+            list(dict.fromkeys(request.ids)),
+            request.allow_missing,
+            confined(Scope(), "scope"),
         )
         return memory_pb2.DeleteMemoriesResponse(deleted_count=deleted)

@@ -106,7 +106,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             attributes={"rpc.system": "grpc", "rpc.method": method, "contextfold.request_id": request_id},
         ) as span:
             try:
-                caller = self._admit(method, sent)
+                caller = self._admit(method, [value for key, value in metadata if key == "authorization"])
                 span.set_attribute("contextfold.namespace", caller.namespace)
                 self._in_flight += 1
                 self._metrics.in_flight.inc()
@@ -151,7 +151,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     **outcome,
                 )
 
-    def _admit(self, method: str, metadata: dict[str, str]) -> Caller:
+    def _admit(self, method: str, authorizations: list[str]) -> Caller:
         """The caller, if the call may go ahead: raises the status that says why not."""
         if not self._readiness.taking_calls:
             raise Starting("STARTING", "contextfold is starting: its database or model is not ready yet; retry")
@@ -161,9 +161,11 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 "TOO_MANY_CALLS_IN_FLIGHT",
                 f"the server is at its limit of {self._max_in_flight} calls in flight; retry with backoff",
             )
-        if self._keys.open:
+        if not self._keys.required:
             return OPEN_CALLER
-        scheme, _, key = metadata.get("authorization", "").partition(" ")
+        if len(authorizations) > 1:
+            raise Unauthenticated("API_KEY_AMBIGUOUS", "send one `authorization` header, not several")
+        scheme, _, key = (authorizations[0] if authorizations else "").partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthenticated("API_KEY_REQUIRED", "an API key is required: send `authorization: Bearer <key>`")
         caller = self._keys.caller(key.strip())

@@ -35,6 +35,9 @@ class Scope:
         return {column: value for column, value in vars(self).items() if value}
 
 
+_UNSCOPED = Scope()
+
+
 @dataclass(frozen=True)
 class StoreRecord:
     name: str
@@ -282,11 +285,17 @@ class PostgresMemoryStore:
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         return known, results
 
-    async def get_memory(self, namespace: str, memory_id: str) -> MemoryRecord:
+    async def get_memory(self, namespace: str, memory_id: str, scope: Scope = _UNSCOPED) -> MemoryRecord:
+        """The entry, if it exists within `scope`: outside it, it does not."""
+        scoped = scope.fields()
         async with self._connection(namespace) as conn:
             cursor = await conn.execute(
-                f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = %s",
-                (namespace, memory_id),
+                sql.SQL("SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND id = %(id)s{scope}").format(
+                    columns=sql.SQL(_MEMORY_COLUMNS),
+                    table=sql.Identifier(SCHEMA, "memories"),
+                    scope=_scope_filter(scoped),
+                ),
+                {"namespace": namespace, "id": memory_id, **scoped},
             )
             row = await cursor.fetchone()
         if row is None:
@@ -312,11 +321,17 @@ class PostgresMemoryStore:
             )
             return [_memory(row) for row in await cursor.fetchall()]
 
-    async def delete_memories(self, namespace: str, ids: Sequence[str], allow_missing: bool) -> int:
+    async def delete_memories(
+        self, namespace: str, ids: Sequence[str], allow_missing: bool, scope: Scope = _UNSCOPED
+    ) -> int:
+        """Delete the entries by id, within `scope` (outside it they do not exist)."""
+        scoped = scope.fields()
         async with self._connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
-                f"DELETE FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s) RETURNING id",
-                (namespace, list(ids)),
+                sql.SQL(
+                    "DELETE FROM {table} WHERE namespace = %(namespace)s AND id = ANY(%(ids)s){scope} RETURNING id"
+                ).format(table=sql.Identifier(SCHEMA, "memories"), scope=_scope_filter(scoped)),
+                {"namespace": namespace, "ids": list(ids), **scoped},
             )
             deleted = {row["id"] for row in await cursor.fetchall()}
             missing = [memory_id for memory_id in ids if memory_id not in deleted]

@@ -21,6 +21,9 @@ SCHEMA = "contextfold"
 # (a superuser, or BYPASSRLS): no login, no privileges beyond the tables' rows.
 SERVICE_ROLE = "contextfold_service"
 
+# The namespace of an open service (`--auth none`): `~` is no character a key's namespace may hold.
+OPEN_NAMESPACE = "~open"
+
 # Every tenant's rows carry its namespace; the session setting names the namespace
 # a connection acts for, and row-level security shows and accepts only its rows.
 NAMESPACE_SETTING = "contextfold.namespace"
@@ -124,6 +127,38 @@ MIGRATIONS: list[tuple[int, str]] = [
         # by the login role, never by requests.
         f"CREATE TABLE {SCHEMA}.service_secrets (name text PRIMARY KEY, value bytea NOT NULL)",
     ),
+    (
+        7,
+        # An open service's calls used to act in `default`, a name a tenant's key may hold; they act in
+        # `~open` now, which no key can name. What `default` holds moves there unless a key ever named
+        # it (then it is that tenant's). Row-level security is lifted for the move, within it.
+        f"""
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT FROM {SCHEMA}.api_keys WHERE namespace = 'default') THEN
+                ALTER TABLE {SCHEMA}.stores NO FORCE ROW LEVEL SECURITY;
+                ALTER TABLE {SCHEMA}.memories NO FORCE ROW LEVEL SECURITY;
+                ALTER TABLE {SCHEMA}.providers NO FORCE ROW LEVEL SECURITY;
+                INSERT INTO {SCHEMA}.stores (namespace, name, description, dimension, create_time)
+                    SELECT '{OPEN_NAMESPACE}', name, description, dimension, create_time
+                    FROM {SCHEMA}.stores WHERE namespace = 'default';
+                UPDATE {SCHEMA}.memories SET namespace = '{OPEN_NAMESPACE}' WHERE namespace = 'default';
+                DELETE FROM {SCHEMA}.stores WHERE namespace = 'default';
+                UPDATE {SCHEMA}.providers SET namespace = '{OPEN_NAMESPACE}' WHERE namespace = 'default';
+                ALTER TABLE {SCHEMA}.stores FORCE ROW LEVEL SECURITY;
+                ALTER TABLE {SCHEMA}.memories FORCE ROW LEVEL SECURITY;
+                ALTER TABLE {SCHEMA}.providers FORCE ROW LEVEL SECURITY;
+            END IF;
+        END $$;
+        """,
+    ),
+    (
+        8,
+        # A key may be bound to a scope: every call made with it is confined to that user and/or agent.
+        f"""
+        ALTER TABLE {SCHEMA}.api_keys ADD COLUMN user_id text NOT NULL DEFAULT '';
+        ALTER TABLE {SCHEMA}.api_keys ADD COLUMN agent_id text NOT NULL DEFAULT '';
+        """,
+    ),
 ]
 
 
@@ -148,7 +183,8 @@ async def _grant_service_role(conn: psycopg.AsyncConnection) -> None:
         GRANT USAGE ON SCHEMA {SCHEMA} TO {SERVICE_ROLE};
         GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{SCHEMA}.{t}" for t in _TENANT_TABLES)}
             TO {SERVICE_ROLE};
-        GRANT SELECT ON {SCHEMA}.api_keys TO {SERVICE_ROLE};
+        -- Keys are checked by the key ring, on connections of the login role: requests never read them.
+        REVOKE ALL ON {SCHEMA}.api_keys, {SCHEMA}.service_secrets, {SCHEMA}.migrations FROM {SERVICE_ROLE};
         GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {SERVICE_ROLE};
         """
     )
