@@ -10,6 +10,8 @@ one JSON line naming each behaviour's port, then serves until SIGTERM.
 - `hanging`: never answers. `failing`: answers with an error status; `unavailable`: with UNAVAILABLE.
 - `malformed`: answers with bytes that are no ProvideResponse.
 - `traceparent`: answers with the W3C `traceparent` its call carried.
+- `identity`: answers with who asked, as JSON: the request's namespace and request id, and the
+  call's `x-contextfold-namespace` and `x-request-id` metadata.
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ async def traceparent(request: bytes, context: grpc.aio.ServicerContext) -> byte
     return provider_pb2.ProvideResponse(text=sent.get("traceparent", "")).SerializeToString()
 
 
+async def identity(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    sent = dict(context.invocation_metadata() or ())
+    asked = provider_pb2.ProvideRequest.FromString(request)
+    told = {
+        "namespace": asked.namespace,
+        "request_id": asked.request_id,
+        "x-contextfold-namespace": sent.get("x-contextfold-namespace", ""),
+        "x-request-id": sent.get("x-request-id", ""),
+    }
+    return provider_pb2.ProvideResponse(text=json.dumps(told)).SerializeToString()
+
+
 async def start_raw(handler) -> tuple[grpc.aio.Server, int]:
     method = grpc.unary_unary_rpc_method_handler(handler)
     service = grpc.method_handlers_generic_handler("contextfold.v1.ContextProvider", {"Provide": method})
@@ -80,6 +94,7 @@ async def main() -> None:
         "unavailable": await start_raw(unavailable),
         "malformed": await start_raw(malformed),
         "traceparent": await start_raw(traceparent),
+        "identity": await start_raw(identity),
     }
     print(json.dumps({name: port for name, (_, port) in servers.items()}), flush=True)
     stopping = asyncio.Event()

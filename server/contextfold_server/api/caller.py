@@ -12,6 +12,8 @@ from ..errors import PermissionDenied
 from ..memory.store import Scope
 
 CALLER: ContextVar[Caller] = ContextVar("caller", default=OPEN_CALLER)
+# The call's request id (the caller's `x-request-id`, or one the pipeline made).
+REQUEST_ID: ContextVar[str] = ContextVar("request_id", default="")
 
 
 def caller_namespace(context: grpc.aio.ServicerContext) -> str:

@@ -180,8 +180,9 @@ def _skip_reason(reason: SkipReason | None) -> int:
     return _SKIP_REASONS[reason] if reason else injection_pb2.SKIP_REASON_UNSPECIFIED
 
 
-def report_to_proto(outcome: InjectionOutcome) -> injection_pb2.InjectionReport:
-    """The report; its top-level fields are memory's outcome, read here and nowhere else."""
+def report_to_proto(outcome: InjectionOutcome, reveal: bool = False) -> injection_pb2.InjectionReport:
+    """The report; its top-level fields are memory's outcome, read here and nowhere else. With
+    `reveal` (an admin asks), a source's detail is the fuller story where there is one."""
     memory = outcome.memory
     report = injection_pb2.InjectionReport(
         injected=memory.injected,
@@ -199,7 +200,7 @@ def report_to_proto(outcome: InjectionOutcome) -> injection_pb2.InjectionReport:
             source=source.source,
             injected=source.injected,
             skip_reason=_skip_reason(source.skip_reason),
-            detail=source.detail,
+            detail=source.private_detail if reveal and source.private_detail else source.detail,
             priority=source.priority,
             tokens=source.tokens,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 import grpc
 from contextfold.v1 import injection_pb2, injection_pb2_grpc, provider_pb2
@@ -16,7 +17,7 @@ from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
 from ..tokens import count_tokens_off_the_loop
-from .caller import caller_namespace, confined
+from .caller import CALLER, REQUEST_ID, caller_namespace, confined
 from .checks import MAX_RESPONSE_BYTES, check_compiles, check_max_tokens, check_provider_names
 from .convert import (
     RESERVED_SOURCES,
@@ -46,6 +47,8 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         # A malformed request is the caller's bug and gets INVALID_ARGUMENT; past
         # these checks, nothing fails the call: injection fails open.
         namespace = caller_namespace(context)
+        # Admins are told why a provider failed in full (a dial error, say); agents in brief.
+        reveal = CALLER.get().role == "admin"
         # Customizations run within the caller's time, less what answering takes.
         budget = answer_budget(context.time_remaining())
         deadline = None if budget is None else asyncio.get_running_loop().time() + budget
@@ -79,8 +82,14 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             self._channels,
             {record.name: record.target for record in providers},
             lambda: provider_pb2.ProvideRequest(
-                messages=request.messages, app_state=request.app_state, agent=request.agent
+                messages=request.messages,
+                app_state=request.app_state,
+                agent=request.agent,
+                namespace=namespace,
+                request_id=REQUEST_ID.get(),
             ),
+            # Metadata is ASCII: a namespace of other characters (older keys allowed them) is percent-encoded.
+            (("x-request-id", REQUEST_ID.get()), ("x-contextfold-namespace", quote(namespace, safe="~._:@/+-"))),
         )
         outcome = await inject(
             turns,
@@ -99,7 +108,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         )
 
         # The response starts as the request's own messages: only the fold target gains blocks.
-        response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome))
+        response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome, reveal))
         if outcome.blocks:
             response.messages[outcome.target_index].content.extend(injected_block(b) for b in outcome.blocks)
             if response.ByteSize() > MAX_RESPONSE_BYTES:
@@ -108,5 +117,6 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
                     SkipReason.OVER_BUDGET,
                     f"the folded messages would pass the {MAX_RESPONSE_BYTES} bytes of a response",
                 )
-                response = injection_pb2.InjectResponse(messages=request.messages, report=report_to_proto(outcome))
+                report = report_to_proto(outcome, reveal)
+                response = injection_pb2.InjectResponse(messages=request.messages, report=report)
         return response

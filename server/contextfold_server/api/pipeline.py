@@ -29,7 +29,7 @@ from ..observe.logs import log_call
 from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
-from .caller import CALLER
+from .caller import CALLER, REQUEST_ID
 from .checks import malformed
 from .readiness import Readiness
 from .shape import check_inject_shape
@@ -110,11 +110,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 span.set_attribute("contextfold.namespace", caller.namespace)
                 self._in_flight += 1
                 self._metrics.in_flight.inc()
-                token = CALLER.set(caller)
+                token, request_token = CALLER.set(caller), REQUEST_ID.set(request_id)
                 try:
                     response = await behavior(codec.decode(data), context)
                 finally:
                     CALLER.reset(token)
+                    REQUEST_ID.reset(request_token)
                     self._in_flight -= 1
                     self._metrics.in_flight.dec()
                 if method == INJECT and isinstance(response, injection_pb2.InjectResponse):

@@ -9,7 +9,8 @@ import grpc
 from contextfold.v1 import provider_pb2, provider_pb2_grpc
 
 from ..customize.sandbox import Sandbox
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, PermissionDenied
+from ..providers.egress import EgressDenied, EgressPolicy
 from ..providers.registry import ProviderDirectory, ProviderRepository
 from .caller import caller_namespace
 from .checks import check_compiles, check_provider_name
@@ -20,9 +21,15 @@ from .status import reports_errors
 
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     def __init__(
-        self, repository: ProviderRepository, directory: ProviderDirectory, sandbox: Sandbox, page_tokens: PageTokens
+        self,
+        repository: ProviderRepository,
+        directory: ProviderDirectory,
+        sandbox: Sandbox,
+        page_tokens: PageTokens,
+        policy: EgressPolicy,
     ) -> None:
         self._repository = repository
+        self._policy = policy
         self._page_tokens = page_tokens
         self._directory = directory
         self._sandbox = sandbox
@@ -31,6 +38,11 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         self, provider: provider_pb2.Provider, paths: Collection[str], context: grpc.aio.ServicerContext
     ) -> dict[str, Any]:
         fields = provider_fields_from_proto(provider, paths)
+        if "target" in fields:
+            try:
+                await self._policy.check(fields["target"], registering=True)
+            except EgressDenied as denied:
+                raise PermissionDenied("EGRESS_DENIED", f"provider.target: {denied}") from None
         await check_compiles(
             self._sandbox,
             [("trigger", fields.get("trigger_expression", ""), "provider.trigger_expression")],

@@ -24,7 +24,7 @@ from .fold import fold_target, shows_text
 from .format import NAMED_FORMATS
 from .gate import Customizer, Gate, Skipped, SkipReason, admit
 from .memory import MEMORY_SOURCE, MemoryRequest, MemorySearch, Stages, retrieve_memory
-from .outcome import SourceOutcome, describe
+from .outcome import SourceOutcome, describe, describe_privately
 from .region import Candidate, PlannedBlock, RenderEntries, TokenCounter, plan_region
 from .trigger import Trigger
 
@@ -214,12 +214,13 @@ async def _bounded(
         source.skip(SkipReason.TIMEOUT, f"no answer within {timeout:.3f}s")
     except Exception as error:  # noqa: BLE001 - fail open: one source failing leaves only it out.
         source.skip(SkipReason.FAILED, describe(error))
+        source.private_detail = describe_privately(error)
         warn_throttled(
             logger,
             f"{source.source}:{type(error).__name__}",
             "source=<%s>, reason=<%s> | source failed | leaving it out",
             source.source,
-            source.detail,
+            source.private_detail,
         )
     finally:
         source.duration = time.perf_counter() - started

@@ -14,12 +14,22 @@ from .gate import SkipReason
 
 
 class SourceFailed(Exception):
-    """A source failed for a reason its message already states for people."""
+    """A source failed for a reason its message already states for people; `private` is the fuller
+    story (a dial error, say) that only the log and admins are told, if there is one."""
+
+    def __init__(self, message: str, private: str = "") -> None:
+        super().__init__(message)
+        self.private = private
 
 
 def describe(error: BaseException) -> str:
     """A failure put in words for the report."""
     return str(error) if isinstance(error, SourceFailed) else f"{type(error).__name__}: {error}"
+
+
+def describe_privately(error: BaseException) -> str:
+    """A failure in the words the log and admins are told: the fuller story, where there is one."""
+    return error.private if isinstance(error, SourceFailed) and error.private else describe(error)
 
 
 @dataclass
@@ -37,6 +47,8 @@ class SourceOutcome:
     entries: tuple[RetrievedEntry, ...] = ()
     # What the report says besides, folded or not: memory's stores left out of the search.
     notes: tuple[str, ...] = ()
+    # The detail as admins see it, when it says more than callers are told.
+    private_detail: str = ""
 
     def skip(self, reason: SkipReason, detail: str) -> None:
         """Leave this source out, with why: it folds nothing."""

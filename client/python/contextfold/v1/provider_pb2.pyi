@@ -15,16 +15,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ProvideRequest(_message.Message):
-    __slots__ = ("messages", "app_state", "agent", "provider")
+    __slots__ = ("messages", "app_state", "agent", "provider", "namespace", "request_id")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     APP_STATE_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
     app_state: _struct_pb2.Struct
     agent: _injection_pb2.Agent
     provider: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[_injection_pb2.Agent, _Mapping]] = ..., provider: _Optional[str] = ...) -> None: ...
+    namespace: str
+    request_id: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[_injection_pb2.Agent, _Mapping]] = ..., provider: _Optional[str] = ..., namespace: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ProvideResponse(_message.Message):
     __slots__ = ("text",)
