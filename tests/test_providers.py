@@ -598,3 +598,86 @@ def test_providers_are_told_the_namespace_and_the_request_id(cf: Client, registe
         "x-contextfold-namespace": "~open",
         "x-request-id": "req-4242",
     }
+
+
+@contextlib.contextmanager
+def tls_provider(certificates) -> Iterator[int]:
+    """A provider that takes mutual TLS only (clients with a certificate of the test CA), answering
+    with the `authorization` header its call carried."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+    from contextfold.v1 import provider_pb2
+
+    def provide(request: bytes, context: grpc.ServicerContext) -> bytes:
+        sent = dict(context.invocation_metadata() or ())
+        peer = context.auth_context().get("x509_common_name", [b""])[0].decode()
+        return provider_pb2.ProvideResponse(text=f"{peer} sent {sent.get('authorization', '')}").SerializeToString()
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    method = grpc.unary_unary_rpc_method_handler(provide)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("contextfold.v1.ContextProvider", {"Provide": method}),)
+    )
+    credentials = grpc.ssl_server_credentials(
+        [(certificates.server_key.read_bytes(), certificates.server_cert.read_bytes())],
+        root_certificates=certificates.ca.read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(0)
+
+
+def test_a_provider_over_mutual_tls_with_a_secret_header(cf: Client, register, tmp_path, provider_server) -> None:
+    import psycopg
+    from contextfold.v1 import provider_pb2
+
+    from .certs import make_certificates
+
+    certificates = make_certificates(tmp_path)
+    tls = {
+        "ca_pem": certificates.ca.read_text(),
+        "client_cert_pem": certificates.client_cert.read_text(),
+        "client_key_pem": certificates.client_key.read_text(),
+    }
+    with tls_provider(certificates) as port:
+        registered = register(
+            "secure", f"127.0.0.1:{port}", tls=tls, credential={"header": "authorization", "value": "Bearer s3cret"}
+        )
+        result = cf.inject([user("go")], max_entries=0, providers=["secure"], timeout=10)
+        assert injected_blocks(result) == [("secure", "\n\nan agent sent Bearer s3cret")]
+
+        # Plaintext to a TLS provider fails open, with the reason.
+        register("plain", f"127.0.0.1:{port}")
+        plain = cf.inject([user("go")], max_entries=0, providers=["plain"], timeout=10)
+        assert sources(plain)["plain"][0] == SKIP.SKIP_REASON_FAILED
+
+    # The key and the header's value are never returned, and are stored sealed.
+    for shown in (registered, cf.get_provider("secure"), *[p for p in cf.list_providers() if p.name == "secure"]):
+        assert shown.tls.ca_pem == tls["ca_pem"] and shown.tls.client_cert_pem == tls["client_cert_pem"]
+        assert shown.tls.client_key_pem == "" and shown.credential == provider_pb2.ProviderCredential(
+            header="authorization"
+        )
+    database_url = f"postgresql://postgres:@/postgres?host={provider_server.log_path.parent / 'pgdata'}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT tls_key_sealed, credential_sealed FROM contextfold.providers WHERE name = 'secure'"
+        ).fetchone()
+    assert row is not None and b"s3cret" not in bytes(row[1]) and b"PRIVATE KEY" not in bytes(row[0])
+
+
+def test_tls_and_credentials_are_checked_on_registration(cf: Client) -> None:
+    for settings, field in (
+        ({"tls": {"ca_pem": "not a certificate"}}, "provider.tls.ca_pem"),
+        ({"tls": {"client_cert_pem": "-----BEGIN CERTIFICATE-----"}}, "provider.tls"),
+        ({"credential": {"header": "x-request-id", "value": "v"}}, "provider.credential.header"),
+        ({"credential": {"header": "Authorization", "value": "v"}}, "provider.credential.header"),
+        ({"credential": {"header": "authorization", "value": "line\nbreak"}}, "provider.credential.value"),
+    ):
+        with pytest.raises(InvalidArgument) as raised:
+            cf.register_provider("badly", "127.0.0.1:1", **settings)
+        assert raised.value.field_violations[0][0] == field, settings

@@ -34,6 +34,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .access.keys import KeyRing
+from .access.sealing import Sealer
 from .api.injection import InjectionServicer
 from .api.memory import MemoryServicer
 from .api.paging import PageTokens
@@ -167,7 +168,10 @@ async def _start(
     databases.append(database)
     metrics.watch_pool(database.stats)
     store = PostgresMemoryStore(database)
-    providers = ProviderRepository(database)
+    # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
+    # keys derived from it.
+    secret = await service_secret(shared.database_url, "page_tokens")
+    providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
     policy = EgressPolicy.from_option(
         config.provider_targets, (shared.port, config.admin_port, metrics_port), shared.database_url
     )
@@ -182,7 +186,7 @@ async def _start(
     embedder = await embedder_loading
     metrics.watch_embedder(embedder.counts)
     searcher = MemorySearcher(store, embedder)
-    page_tokens = PageTokens(await service_secret(shared.database_url, "page_tokens"))
+    page_tokens = PageTokens(secret)
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
     pending["MemoryService"].target = MemoryServicer(store, embedder, searcher, page_tokens)
     pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox, page_tokens, policy)

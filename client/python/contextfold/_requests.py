@@ -138,8 +138,12 @@ def provider(
     timeout: float | None = None,
     max_tokens: int | None = None,
     enabled: bool | None = None,
+    tls: Mapping[str, str] | None = None,
+    credential: Mapping[str, str] | None = None,
 ) -> provider_pb2.Provider:
-    """A `Provider` with the settings given; those left out stay unset."""
+    """A `Provider` with the settings given; those left out stay unset. `tls`: `ca_pem`,
+    `client_cert_pem`, `client_key_pem`, `server_name` (an empty mapping: TLS with the system's
+    roots); `credential`: `header` and `value`."""
     message = provider_pb2.Provider(name=name, target=target or "", priority=priority or 0, max_tokens=max_tokens or 0)
     if trigger is not None:
         message.trigger = trigger_value(trigger)
@@ -149,4 +153,9 @@ def provider(
         message.timeout.FromNanoseconds(int(timeout * 1e9))
     if enabled is not None:
         message.enabled = enabled
+    if tls is not None:
+        message.tls.SetInParent()
+        message.tls.MergeFrom(provider_pb2.ProviderTls(**tls))
+    if credential is not None:
+        message.credential.MergeFrom(provider_pb2.ProviderCredential(**credential))
     return message

@@ -276,7 +276,8 @@ class Client:
         return self._run(_calls.delete_memories(ids, allow_missing))
 
     def register_provider(self, name: str, target: str, **settings: Any) -> provider_pb2.Provider:
-        """Settings: trigger ("user_turn" or "every_turn"), priority, timeout (seconds), max_tokens, enabled."""
+        """Settings: trigger ("user_turn" or "every_turn"), priority, timeout (seconds), max_tokens, enabled,
+        tls ({ca_pem, client_cert_pem, client_key_pem, server_name}), credential ({header, value})."""
         return self._run(_calls.register_provider(name, target, **settings))
 
     def get_provider(self, name: str) -> provider_pb2.Provider:
@@ -286,7 +287,8 @@ class Client:
         return self._pages(_calls.list_providers, "providers")
 
     def update_provider(self, name: str, **changes: Any) -> provider_pb2.Provider:
-        """Change only the settings given: target, trigger, priority, timeout, max_tokens, enabled."""
+        """Change only the settings given: target, trigger, priority, timeout, max_tokens, enabled, tls,
+        credential."""
         return self._run(_calls.update_provider(name, **changes))
 
     def delete_provider(self, name: str) -> None:

@@ -46,6 +46,15 @@ MAX_METADATA_BYTES = 16 * 1024
 MAX_STRUCT_DEPTH = 16
 # A search query, and an Inject's agent id and name.
 MAX_QUERY_CHARS = MAX_CONTENT_CHARS
+# A provider's TLS material (a PEM of certificates, or a key), and its credential header's value.
+MAX_PEM_CHARS = 64 * 1024
+MAX_CREDENTIAL_CHARS = 4096
+# Headers contextfold sets itself, or that HTTP/2 and gRPC keep for themselves.
+_RESERVED_HEADERS = frozenset(
+    {"x-request-id", "x-contextfold-namespace", "traceparent", "tracestate", "te", "content-type", "user-agent", "host"}
+)
+_HEADER_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}")
 # What a response may take: the 4 MiB that gRPC clients accept by default.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 MAX_AGENT_FIELD_CHARS = 256
@@ -238,6 +247,31 @@ def check_target(target: str, field: str) -> str:
     if not _TARGET.fullmatch(target) or (port.isdigit() and not 0 < int(port) < 65536):
         raise InvalidArgument.of(field, "must be host:port, [ipv6]:port, or a dns:, unix:, ipv4: or ipv6: target")
     return target
+
+
+def check_pem(pem: str, field: str, kind: str) -> str:
+    """A PEM block of `kind` ("CERTIFICATE" or "PRIVATE KEY"), or nothing."""
+    check_text(pem, field, MAX_PEM_CHARS)
+    if pem and f"-----BEGIN {kind}" not in pem and not (kind == "PRIVATE KEY" and "PRIVATE KEY-----" in pem):
+        raise InvalidArgument.of(field, f"must be PEM ({kind})")
+    return pem
+
+
+def check_server_name(name: str, field: str) -> str:
+    if name and not _SERVER_NAME.fullmatch(name):
+        raise InvalidArgument.of(field, "must be a host name")
+    return name
+
+
+def check_credential(header: str, value: str, field: str) -> tuple[str, str]:
+    """A header to send to a provider: a lowercase name of its own, and a value of printable ASCII."""
+    if not _HEADER_NAME.fullmatch(header):
+        raise InvalidArgument.of(f"{field}.header", "must be 1 to 64 lowercase letters, digits or '-'")
+    if header in _RESERVED_HEADERS or header.startswith("grpc-") or header.endswith("-bin"):
+        raise InvalidArgument.of(f"{field}.header", f"{header!r} is a header contextfold or gRPC sets itself")
+    if not value or len(value) > MAX_CREDENTIAL_CHARS or not all(" " <= c <= "~" for c in value):
+        raise InvalidArgument.of(f"{field}.value", f"must be 1 to {MAX_CREDENTIAL_CHARS} printable ASCII characters")
+    return header, value
 
 
 def check_provider_timeout(milliseconds: int, field: str) -> int:

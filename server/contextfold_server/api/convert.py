@@ -32,14 +32,17 @@ from .checks import (
     check_content,
     check_content_blocks,
     check_count,
+    check_credential,
     check_customization,
     check_max_entries,
     check_max_tokens,
     check_memory_id,
     check_min_score,
+    check_pem,
     check_provider_timeout,
     check_query,
     check_scope_value,
+    check_server_name,
     check_store_names,
     check_struct,
     check_target,
@@ -282,7 +285,9 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
 
 # Providers
 
-PROVIDER_FIELDS = frozenset({"target", "trigger", "trigger_expression", "priority", "timeout", "max_tokens", "enabled"})
+PROVIDER_FIELDS = frozenset(
+    {"target", "trigger", "trigger_expression", "priority", "timeout", "max_tokens", "enabled", "tls", "credential"}
+)
 
 
 def provider_fields_from_proto(provider: provider_pb2.Provider, paths: Collection[str]) -> dict[str, Any]:
@@ -305,6 +310,24 @@ def provider_fields_from_proto(provider: provider_pb2.Provider, paths: Collectio
         fields["max_tokens"] = check_max_tokens(provider.max_tokens, "provider.max_tokens")
     if "enabled" in paths:
         fields["enabled"] = provider.enabled if provider.HasField("enabled") else True
+    if "tls" in paths:
+        tls = provider.tls
+        if (tls.client_cert_pem == "") != (tls.client_key_pem == ""):
+            raise InvalidArgument.of("provider.tls", "client_cert_pem and client_key_pem go together")
+        fields.update(
+            tls=provider.HasField("tls"),
+            tls_ca=check_pem(tls.ca_pem, "provider.tls.ca_pem", "CERTIFICATE"),
+            tls_cert=check_pem(tls.client_cert_pem, "provider.tls.client_cert_pem", "CERTIFICATE"),
+            tls_key=check_pem(tls.client_key_pem, "provider.tls.client_key_pem", "PRIVATE KEY"),
+            tls_server_name=check_server_name(tls.server_name, "provider.tls.server_name"),
+        )
+    if "credential" in paths:
+        header, value = ("", "")
+        if provider.HasField("credential"):
+            header, value = check_credential(
+                provider.credential.header, provider.credential.value, "provider.credential"
+            )
+        fields.update(credential_header=header, credential_value=value)
     return fields
 
 
@@ -318,6 +341,17 @@ def provider_to_proto(record: ProviderRecord) -> provider_pb2.Provider:
         max_tokens=record.max_tokens,
         enabled=record.enabled,
     )
+    if record.tls:
+        # Never the client key.
+        provider.tls.MergeFrom(
+            provider_pb2.ProviderTls(
+                ca_pem=record.tls_ca, client_cert_pem=record.tls_cert, server_name=record.tls_server_name
+            )
+        )
+        provider.tls.SetInParent()
+    if record.credential_header:
+        # The header's name, never its value.
+        provider.credential.header = record.credential_header
     provider.timeout.FromMilliseconds(record.timeout_ms)
     provider.create_time.FromDatetime(record.create_time)
     provider.update_time.FromDatetime(record.update_time)

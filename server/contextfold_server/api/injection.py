@@ -80,7 +80,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
 
         provide = provider_port(
             self._channels,
-            {record.name: record.target for record in providers},
+            {record.name: record.route() for record in providers},
             lambda: provider_pb2.ProvideRequest(
                 messages=request.messages,
                 app_state=request.app_state,

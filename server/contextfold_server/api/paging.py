@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import json
-import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.protobuf.message import Message
 
+from ..access.sealing import Sealer
 from ..errors import InvalidArgument
 
 DEFAULT_PAGE_SIZE = 50
@@ -48,60 +47,29 @@ def fitting(items: Sequence[Message], budget: int = MAX_PAGE_BYTES) -> int:
 
 
 class PageTokens:
-    """Makes and reads page tokens: encrypted, so a token tells its holder nothing (a position is a
-    row sequence every tenant's writes advance), and authenticated, so only the service makes them.
+    """Makes and reads page tokens: sealed (`access/sealing.py`), so a token tells its holder nothing
+    (a position is a row sequence every tenant's writes advance) and only the service makes them."""
 
-    The cipher is HMAC-SHA256 in counter mode over a random nonce, then HMAC-SHA256 over nonce and
-    ciphertext (encrypt-then-MAC), with keys derived from the service's secret: the standard
-    library's primitives, no more.
-    """
-
-    def __init__(self, key: bytes) -> None:
-        self._encrypting = hmac.new(key, b"contextfold page tokens: encrypt", hashlib.sha256).digest()
-        self._signing = hmac.new(key, b"contextfold page tokens: sign", hashlib.sha256).digest()
+    def __init__(self, secret: bytes) -> None:
+        self._sealer = Sealer(secret, "page tokens")
 
     def encode(self, after: Any, *request_parts: str) -> str:
         payload = json.dumps({"after": after, "key": _request_key(*request_parts)}, separators=(",", ":")).encode()
-        nonce = secrets.token_bytes(_NONCE_BYTES)
-        sealed = nonce + _xor(payload, self._keystream(nonce, len(payload)))
-        return f"{_b64(sealed)}.{_b64(self._signature(sealed))}"
+        return _b64(self._sealer.seal(payload))
 
     def decode(self, token: str, is_position: Callable[[Any], bool], *request_parts: str) -> Any:
         """The position a page ended on, or None for the first page. `is_position` checks its shape."""
         if not token:
             return None
-        encoded_sealed, _, encoded_signature = token.partition(".")
         try:
-            sealed = _unb64(encoded_sealed)
-            signature = _unb64(encoded_signature)
+            decoded = json.loads(self._sealer.open(_unb64(token)))
         except ValueError:
             raise _not_ours() from None
-        if len(sealed) <= _NONCE_BYTES or not hmac.compare_digest(signature, self._signature(sealed)):
-            raise _not_ours()
-        nonce, ciphertext = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
-        decoded = json.loads(_xor(ciphertext, self._keystream(nonce, len(ciphertext))))
         if not is_position(decoded["after"]):
             raise _not_ours()
         if decoded["key"] != _request_key(*request_parts):
             raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
         return decoded["after"]
-
-    def _keystream(self, nonce: bytes, length: int) -> bytes:
-        blocks = (
-            hmac.new(self._encrypting, nonce + counter.to_bytes(4, "big"), hashlib.sha256).digest()
-            for counter in range((length + 31) // 32)
-        )
-        return b"".join(blocks)[:length]
-
-    def _signature(self, sealed: bytes) -> bytes:
-        return hmac.new(self._signing, sealed, hashlib.sha256).digest()[:16]
-
-
-_NONCE_BYTES = 12
-
-
-def _xor(data: bytes, keystream: bytes) -> bytes:
-    return bytes(a ^ b for a, b in zip(data, keystream, strict=True))
 
 
 def _request_key(*parts: str) -> str:

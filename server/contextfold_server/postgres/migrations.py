@@ -159,6 +159,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE {SCHEMA}.api_keys ADD COLUMN agent_id text NOT NULL DEFAULT '';
         """,
     ),
+    (
+        9,
+        # How a provider is reached: TLS (its CA, a client certificate, the name to verify) and a
+        # header sent with every call. The client key and the header's value are sealed.
+        f"""
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN tls boolean NOT NULL DEFAULT false;
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN tls_ca text NOT NULL DEFAULT '';
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN tls_cert text NOT NULL DEFAULT '';
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN tls_server_name text NOT NULL DEFAULT '';
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN tls_key_sealed bytea;
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN credential_header text NOT NULL DEFAULT '';
+        ALTER TABLE {SCHEMA}.providers ADD COLUMN credential_sealed bytea;
+        """,
+    ),
 ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import grpc
 from contextfold.v1 import provider_pb2
@@ -35,40 +36,56 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+@dataclass(frozen=True)
+class TlsSettings:
+    """TLS towards a provider: the CAs to verify it with (empty: the system's), contextfold's
+    certificate and key for mutual TLS (or neither), and the name to verify (empty: the host)."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = field(default="", repr=False)
+    server_name: str = ""
+
+
+@dataclass(frozen=True)
+class Route:
+    """How to reach a provider: its target, TLS or plaintext, and a header to send with each call."""
+
+    target: str
+    tls: TlsSettings | None = None
+    credential: tuple[str, str] | None = field(default=None, repr=False)
+
+
 class ProviderChannels:
-    """A channel per registered target, to the addresses the egress policy checked it resolves to,
+    """A channel per route, to the addresses the egress policy checked its target resolves to,
     opened on first use and kept; a target whose addresses change gets a new channel."""
 
     def __init__(self, policy: EgressPolicy) -> None:
         self.policy = policy
-        # Each target's dial target (the checked addresses) and its channel and method.
-        self._channels: dict[str, tuple[str, grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]] = {}
+        # Each route's dial target (the checked addresses) and its channel and method.
+        self._channels: dict[Route, tuple[str, grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    async def provide_method(self, target: str) -> tuple[grpc.aio.UnaryUnaryMultiCallable, grpc.aio.Channel]:
-        """The Provide method for `target`, dialled where the policy allows now; `EgressDenied` if not."""
-        dial = await self.policy.check(target)
-        kept = self._channels.get(target)
+    async def provide_method(self, route: Route) -> tuple[grpc.aio.UnaryUnaryMultiCallable, grpc.aio.Channel]:
+        """The Provide method for `route`, dialled where the policy allows now; `EgressDenied` if not."""
+        dial = await self.policy.check(route.target)
+        kept = self._channels.get(route)
         if kept is not None and kept[0] == dial:
             return kept[2], kept[1]
         if kept is not None:
             self._close_later(kept[1])
-        options: list[tuple[str, int | str]] = list(_CHANNEL_OPTIONS)
-        if not dial.startswith("unix:"):
-            # The channel dials the checked addresses; its calls still name the host they are for.
-            options.append(("grpc.default_authority", parse_target(target).authority))
-        channel = grpc.aio.insecure_channel(dial, options=options)
+        channel = _channel(route, dial)
         # Bytes both ways: the request arrives serialized, and the response is
         # parsed here, where a malformed one can be named as such.
         method = channel.unary_unary(PROVIDE_METHOD, request_serializer=None, response_deserializer=None)
-        self._channels[target] = (dial, channel, method)
+        self._channels[route] = (dial, channel, method)
         return method, channel
 
-    async def keep_only(self, targets: Iterable[str]) -> None:
-        """Close the channels of targets no registration uses any more."""
-        wanted = set(targets)
-        for target in [target for target in self._channels if target not in wanted]:
-            await self._channels.pop(target)[1].close()
+    async def keep_only(self, routes: Iterable[Route]) -> None:
+        """Close the channels of routes no registration uses any more."""
+        wanted = set(routes)
+        for route in [route for route in self._channels if route not in wanted]:
+            await self._channels.pop(route)[1].close()
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
         task = asyncio.get_running_loop().create_task(channel.close(grace=5.0))
@@ -80,9 +97,28 @@ class ProviderChannels:
         self._channels.clear()
 
 
+def _channel(route: Route, dial: str) -> grpc.aio.Channel:
+    """A channel to the checked `dial` target; its calls still name (and TLS verifies) the host they are for."""
+    options: list[tuple[str, int | str]] = list(_CHANNEL_OPTIONS)
+    host = "" if dial.startswith("unix:") else parse_target(route.target).host
+    if host:
+        options.append(("grpc.default_authority", parse_target(route.target).authority))
+    if route.tls is None:
+        return grpc.aio.insecure_channel(dial, options=options)
+    name = route.tls.server_name or host
+    if name:
+        options.append(("grpc.ssl_target_name_override", name))
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=route.tls.ca.encode() or None,
+        private_key=route.tls.key.encode() or None,
+        certificate_chain=route.tls.cert.encode() or None,
+    )
+    return grpc.aio.secure_channel(dial, credentials, options=options)
+
+
 def provider_port(
     channels: ProviderChannels,
-    targets: dict[str, str],
+    routes: dict[str, Route],
     context: Callable[[], provider_pb2.ProvideRequest],
     caller_metadata: tuple[tuple[str, str], ...],
 ) -> ProvideText:
@@ -95,16 +131,17 @@ def provider_port(
         return context().SerializeToString()
 
     async def provide(spec: ProviderSpec, timeout: float) -> str:
-        target = targets[spec.name]
+        route = routes[spec.name]
         try:
-            method, channel = await channels.provide_method(target)
+            method, channel = await channels.provide_method(route)
         except EgressDenied as denied:
             raise SourceFailed(DENIED, f"{DENIED}: {denied}") from None
         request = serialized_context() + provider_pb2.ProvideRequest(provider=spec.name).SerializeToString()
         with span(f"contextfold.provider {spec.name}", SpanKind.CLIENT, provider=spec.name) as current:
             try:
                 # The provider joins the caller's trace: this span is its parent.
-                answer = await method(request, timeout=timeout, metadata=(*metadata_for_call(), *caller_metadata))
+                metadata = (*metadata_for_call(), *caller_metadata, *((route.credential,) if route.credential else ()))
+                answer = await method(request, timeout=timeout, metadata=metadata)
             except grpc.aio.AioRpcError as error:
                 current.set_status(Status(StatusCode.ERROR, error.code().name))
                 if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:

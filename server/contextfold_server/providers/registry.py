@@ -8,22 +8,27 @@ moments. `Inject` reads the cache and never waits on the database for it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..access.sealing import Sealer
 from ..engine.injection import ProviderSpec
 from ..engine.trigger import Trigger
 from ..errors import AlreadyExists, NotFound
 from ..postgres.listener import ChangeListener
 from ..postgres.migrations import SCHEMA
 from ..postgres.pool import Connection, Database
+from .fanout import Route, TlsSettings
 
 CHANNEL = "contextfold_providers"
 _COLUMNS = (
     "name, target, trigger, trigger_expression, priority, timeout_ms, max_tokens, enabled, seq,"
-    " create_time, update_time"
+    " create_time, update_time, tls, tls_ca, tls_cert, tls_server_name, tls_key_sealed, credential_header,"
+    " credential_sealed"
 )
+# Columns whose values are sealed (`access/sealing.py`), by the field that holds them in the clear.
+_SEALED = {"tls_key": "tls_key_sealed", "credential_value": "credential_sealed"}
 
 
 @dataclass(frozen=True)
@@ -39,10 +44,27 @@ class ProviderRecord:
     seq: int
     create_time: datetime
     update_time: datetime
+    tls: bool = False
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_server_name: str = ""
+    credential_header: str = ""
+    # Secrets, opened from their sealed columns: never returned to callers.
+    tls_key: str = field(default="", repr=False)
+    credential_value: str = field(default="", repr=False)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> ProviderRecord:
-        return cls(**{**row, "trigger": Trigger(row["trigger"])})
+    def from_row(cls, row: dict[str, Any], sealer: Sealer) -> ProviderRecord:
+        values = {key: value for key, value in row.items() if key not in _SEALED.values()}
+        for plain, sealed in _SEALED.items():
+            values[plain] = sealer.open(bytes(row[sealed])).decode() if row[sealed] else ""
+        return cls(**{**values, "trigger": Trigger(row["trigger"])})
+
+    def route(self) -> Route:
+        """How to reach it: its target, over TLS or not, with its credential header if it has one."""
+        tls = TlsSettings(self.tls_ca, self.tls_cert, self.tls_key, self.tls_server_name) if self.tls else None
+        credential = (self.credential_header, self.credential_value) if self.credential_header else None
+        return Route(self.target, tls, credential)
 
     def spec(self) -> ProviderSpec:
         return ProviderSpec(
@@ -58,23 +80,37 @@ class ProviderRecord:
 
 
 class ProviderRepository:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, sealer: Sealer) -> None:
         self._database = database
+        self._sealer = sealer
+
+    def _stored(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The columns for `fields`: secrets sealed, the trigger by its value."""
+        stored = {key: value.value if isinstance(value, Trigger) else value for key, value in fields.items()}
+        for plain, sealed in _SEALED.items():
+            if plain in stored:
+                value = stored.pop(plain)
+                stored[sealed] = self._sealer.seal(value.encode()) if value else None
+        return stored
+
+    def _record(self, row: dict[str, Any]) -> ProviderRecord:
+        return ProviderRecord.from_row(row, self._sealer)
 
     async def register(self, namespace: str, fields: dict[str, Any]) -> ProviderRecord:
         async with self._database.connection(namespace) as conn, conn.transaction():
+            stored = {**self._stored(fields), "namespace": namespace}
+            columns = ", ".join(stored)
+            values = ", ".join(f"%({column})s" for column in stored)
             cursor = await conn.execute(
-                f"INSERT INTO {SCHEMA}.providers (namespace, name, target, trigger, trigger_expression, priority,"
-                " timeout_ms, max_tokens, enabled) VALUES (%(namespace)s, %(name)s, %(target)s, %(trigger)s,"
-                " %(trigger_expression)s, %(priority)s, %(timeout_ms)s, %(max_tokens)s, %(enabled)s)"
+                f"INSERT INTO {SCHEMA}.providers ({columns}) VALUES ({values})"
                 f" ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
-                {**fields, "namespace": namespace, "trigger": fields["trigger"].value},
+                stored,
             )
             row = await cursor.fetchone()
             if row is None:
                 raise AlreadyExists("provider", fields["name"])
             await _announce(conn, namespace)
-            return ProviderRecord.from_row(row)
+            return self._record(row)
 
     async def get(self, namespace: str, name: str) -> ProviderRecord:
         async with self._database.connection(namespace) as conn:
@@ -84,7 +120,7 @@ class ProviderRepository:
             row = await cursor.fetchone()
         if row is None:
             raise NotFound("provider", name)
-        return ProviderRecord.from_row(row)
+        return self._record(row)
 
     async def page(self, namespace: str, after: tuple[int, int] | None, limit: int) -> list[ProviderRecord]:
         """By priority (highest first), then registration; `after` is the (priority, seq) a page ended on."""
@@ -95,7 +131,7 @@ class ProviderRepository:
                 " AND (priority < %s OR (priority = %s AND seq > %s)) ORDER BY priority DESC, seq LIMIT %s",
                 (namespace, priority, priority, seq, limit),
             )
-            return [ProviderRecord.from_row(row) for row in await cursor.fetchall()]
+            return [self._record(row) for row in await cursor.fetchall()]
 
     async def in_namespace(self, namespace: str) -> list[ProviderRecord]:
         """The namespace's registrations, by priority (highest first), then registration."""
@@ -104,11 +140,11 @@ class ProviderRepository:
                 f"SELECT {_COLUMNS} FROM {SCHEMA}.providers WHERE namespace = %s ORDER BY priority DESC, seq",
                 (namespace,),
             )
-            return [ProviderRecord.from_row(row) for row in await cursor.fetchall()]
+            return [self._record(row) for row in await cursor.fetchall()]
 
     async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> ProviderRecord:
-        assignments = ", ".join(f"{column} = %({column})s" for column in changes)
-        values = {key: value.value if isinstance(value, Trigger) else value for key, value in changes.items()}
+        values = self._stored(changes)
+        assignments = ", ".join(f"{column} = %({column})s" for column in values)
         async with self._database.connection(namespace) as conn, conn.transaction():
             cursor = await conn.execute(
                 f"UPDATE {SCHEMA}.providers SET {assignments}{', ' if assignments else ''}update_time = now()"
@@ -119,7 +155,7 @@ class ProviderRepository:
             if row is None:
                 raise NotFound("provider", name)
             await _announce(conn, namespace)
-            return ProviderRecord.from_row(row)
+            return self._record(row)
 
     async def delete(self, namespace: str, name: str) -> None:
         async with self._database.connection(namespace) as conn, conn.transaction():
@@ -150,10 +186,10 @@ class ProviderDirectory:
         self,
         repository: ProviderRepository,
         listener: ChangeListener,
-        on_refresh: Callable[[set[str]], Awaitable[None]] | None = None,
+        on_refresh: Callable[[set[Route]], Awaitable[None]] | None = None,
     ) -> None:
         self._repository = repository
-        # Told the targets still registered after each refresh, e.g. to close unused channels.
+        # Told the routes still registered after each refresh, e.g. to close unused channels.
         self._on_refresh = on_refresh
         self._providers: dict[str, list[ProviderRecord]] = {}
         # Bumped by each announced change, so a load that raced a change is done again.
@@ -176,8 +212,8 @@ class ProviderDirectory:
         by_name = {record.name: record for record in registered}
         return [by_name[name] for name in names if name in by_name], [name for name in names if name not in by_name]
 
-    def targets(self) -> set[str]:
-        return {record.target for records in self._providers.values() for record in records}
+    def routes(self) -> set[Route]:
+        return {record.route() for records in self._providers.values() for record in records}
 
     async def refresh(self, namespace: str) -> None:
         while True:
@@ -187,7 +223,7 @@ class ProviderDirectory:
                 break
         self._providers[namespace] = loaded
         if self._on_refresh is not None:
-            await self._on_refresh(self.targets())
+            await self._on_refresh(self.routes())
 
     async def _changed(self, namespace: str) -> None:
         self._versions[namespace] = self._versions.get(namespace, 0) + 1

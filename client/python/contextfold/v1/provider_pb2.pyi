@@ -37,7 +37,7 @@ class ProvideResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
 class Provider(_message.Message):
-    __slots__ = ("name", "target", "trigger", "priority", "timeout", "max_tokens", "enabled", "create_time", "update_time", "trigger_expression")
+    __slots__ = ("name", "target", "trigger", "priority", "timeout", "max_tokens", "enabled", "create_time", "update_time", "trigger_expression", "tls", "credential")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,8 @@ class Provider(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     target: str
     trigger: _injection_pb2.Trigger
@@ -58,7 +60,29 @@ class Provider(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     trigger_expression: str
-    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., trigger: _Optional[_Union[_injection_pb2.Trigger, str]] = ..., priority: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tokens: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trigger_expression: _Optional[str] = ...) -> None: ...
+    tls: ProviderTls
+    credential: ProviderCredential
+    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., trigger: _Optional[_Union[_injection_pb2.Trigger, str]] = ..., priority: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tokens: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trigger_expression: _Optional[str] = ..., tls: _Optional[_Union[ProviderTls, _Mapping]] = ..., credential: _Optional[_Union[ProviderCredential, _Mapping]] = ...) -> None: ...
+
+class ProviderTls(_message.Message):
+    __slots__ = ("ca_pem", "client_cert_pem", "client_key_pem", "server_name")
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_CERT_PEM_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_KEY_PEM_FIELD_NUMBER: _ClassVar[int]
+    SERVER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ca_pem: str
+    client_cert_pem: str
+    client_key_pem: str
+    server_name: str
+    def __init__(self, ca_pem: _Optional[str] = ..., client_cert_pem: _Optional[str] = ..., client_key_pem: _Optional[str] = ..., server_name: _Optional[str] = ...) -> None: ...
+
+class ProviderCredential(_message.Message):
+    __slots__ = ("header", "value")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    header: str
+    value: str
+    def __init__(self, header: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class RegisterProviderRequest(_message.Message):
     __slots__ = ("provider",)

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file contextfold/v1/provider.proto.
  */
 export const file_contextfold_v1_provider: GenFile = /*@__PURE__*/
-  fileDesc("Ch1jb250ZXh0Zm9sZC92MS9wcm92aWRlci5wcm90bxIOY29udGV4dGZvbGQudjEixgEKDlByb3ZpZGVSZXF1ZXN0EikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIqCglhcHBfc3RhdGUYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiQKBWFnZW50GAMgASgLMhUuY29udGV4dGZvbGQudjEuQWdlbnQSEAoIcHJvdmlkZXIYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEhIKCnJlcXVlc3RfaWQYBiABKAkiHwoPUHJvdmlkZVJlc3BvbnNlEgwKBHRleHQYASABKAkixAIKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSDgoGdGFyZ2V0GAIgASgJEigKB3RyaWdnZXIYAyABKA4yFy5jb250ZXh0Zm9sZC52MS5UcmlnZ2VyEhAKCHByaW9yaXR5GAQgASgFEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWF4X3Rva2VucxgGIAEoBRIUCgdlbmFibGVkGAcgASgISACIAQESLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIaChJ0cmlnZ2VyX2V4cHJlc3Npb24YCiABKAlCCgoIX2VuYWJsZWQiRQoXUmVnaXN0ZXJQcm92aWRlclJlcXVlc3QSKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciJGChhSZWdpc3RlclByb3ZpZGVyUmVzcG9uc2USKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciIiChJHZXRQcm92aWRlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSJBChNHZXRQcm92aWRlclJlc3BvbnNlEioKCHByb3ZpZGVyGAEgASgLMhguY29udGV4dGZvbGQudjEuUHJvdmlkZXIiPQoUTGlzdFByb3ZpZGVyc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXQoVTGlzdFByb3ZpZGVyc1Jlc3BvbnNlEisKCXByb3ZpZGVycxgBIAMoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ0ChVVcGRhdGVQcm92aWRlclJlcXVlc3QSKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlchIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siRAoWVXBkYXRlUHJvdmlkZXJSZXNwb25zZRIqCghwcm92aWRlchgBIAEoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyIiUKFURlbGV0ZVByb3ZpZGVyUmVxdWVzdBIMCgRuYW1lGAEgASgJIhgKFkRlbGV0ZVByb3ZpZGVyUmVzcG9uc2UyXQoPQ29udGV4dFByb3ZpZGVyEkoKB1Byb3ZpZGUSHi5jb250ZXh0Zm9sZC52MS5Qcm92aWRlUmVxdWVzdBofLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVSZXNwb25zZTL6AwoPUHJvdmlkZXJTZXJ2aWNlEmUKEFJlZ2lzdGVyUHJvdmlkZXISJy5jb250ZXh0Zm9sZC52MS5SZWdpc3RlclByb3ZpZGVyUmVxdWVzdBooLmNvbnRleHRmb2xkLnYxLlJlZ2lzdGVyUHJvdmlkZXJSZXNwb25zZRJbCgtHZXRQcm92aWRlchIiLmNvbnRleHRmb2xkLnYxLkdldFByb3ZpZGVyUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkdldFByb3ZpZGVyUmVzcG9uc2UiA5ACARJhCg1MaXN0UHJvdmlkZXJzEiQuY29udGV4dGZvbGQudjEuTGlzdFByb3ZpZGVyc1JlcXVlc3QaJS5jb250ZXh0Zm9sZC52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2UiA5ACARJfCg5VcGRhdGVQcm92aWRlchIlLmNvbnRleHRmb2xkLnYxLlVwZGF0ZVByb3ZpZGVyUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLlVwZGF0ZVByb3ZpZGVyUmVzcG9uc2USXwoORGVsZXRlUHJvdmlkZXISJS5jb250ZXh0Zm9sZC52MS5EZWxldGVQcm92aWRlclJlcXVlc3QaJi5jb250ZXh0Zm9sZC52MS5EZWxldGVQcm92aWRlclJlc3BvbnNlYgZwcm90bzM", [file_contextfold_v1_conversation, file_contextfold_v1_injection, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch1jb250ZXh0Zm9sZC92MS9wcm92aWRlci5wcm90bxIOY29udGV4dGZvbGQudjEixgEKDlByb3ZpZGVSZXF1ZXN0EikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIqCglhcHBfc3RhdGUYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiQKBWFnZW50GAMgASgLMhUuY29udGV4dGZvbGQudjEuQWdlbnQSEAoIcHJvdmlkZXIYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEhIKCnJlcXVlc3RfaWQYBiABKAkiHwoPUHJvdmlkZVJlc3BvbnNlEgwKBHRleHQYASABKAkipgMKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSDgoGdGFyZ2V0GAIgASgJEigKB3RyaWdnZXIYAyABKA4yFy5jb250ZXh0Zm9sZC52MS5UcmlnZ2VyEhAKCHByaW9yaXR5GAQgASgFEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWF4X3Rva2VucxgGIAEoBRIUCgdlbmFibGVkGAcgASgISACIAQESLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIaChJ0cmlnZ2VyX2V4cHJlc3Npb24YCiABKAkSKAoDdGxzGAsgASgLMhsuY29udGV4dGZvbGQudjEuUHJvdmlkZXJUbHMSNgoKY3JlZGVudGlhbBgMIAEoCzIiLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyQ3JlZGVudGlhbEIKCghfZW5hYmxlZCJjCgtQcm92aWRlclRscxIOCgZjYV9wZW0YASABKAkSFwoPY2xpZW50X2NlcnRfcGVtGAIgASgJEhYKDmNsaWVudF9rZXlfcGVtGAMgASgJEhMKC3NlcnZlcl9uYW1lGAQgASgJIjMKElByb3ZpZGVyQ3JlZGVudGlhbBIOCgZoZWFkZXIYASABKAkSDQoFdmFsdWUYAiABKAkiRQoXUmVnaXN0ZXJQcm92aWRlclJlcXVlc3QSKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciJGChhSZWdpc3RlclByb3ZpZGVyUmVzcG9uc2USKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciIiChJHZXRQcm92aWRlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSJBChNHZXRQcm92aWRlclJlc3BvbnNlEioKCHByb3ZpZGVyGAEgASgLMhguY29udGV4dGZvbGQudjEuUHJvdmlkZXIiPQoUTGlzdFByb3ZpZGVyc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXQoVTGlzdFByb3ZpZGVyc1Jlc3BvbnNlEisKCXByb3ZpZGVycxgBIAMoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ0ChVVcGRhdGVQcm92aWRlclJlcXVlc3QSKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlchIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siRAoWVXBkYXRlUHJvdmlkZXJSZXNwb25zZRIqCghwcm92aWRlchgBIAEoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyIiUKFURlbGV0ZVByb3ZpZGVyUmVxdWVzdBIMCgRuYW1lGAEgASgJIhgKFkRlbGV0ZVByb3ZpZGVyUmVzcG9uc2UyXQoPQ29udGV4dFByb3ZpZGVyEkoKB1Byb3ZpZGUSHi5jb250ZXh0Zm9sZC52MS5Qcm92aWRlUmVxdWVzdBofLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVSZXNwb25zZTL6AwoPUHJvdmlkZXJTZXJ2aWNlEmUKEFJlZ2lzdGVyUHJvdmlkZXISJy5jb250ZXh0Zm9sZC52MS5SZWdpc3RlclByb3ZpZGVyUmVxdWVzdBooLmNvbnRleHRmb2xkLnYxLlJlZ2lzdGVyUHJvdmlkZXJSZXNwb25zZRJbCgtHZXRQcm92aWRlchIiLmNvbnRleHRmb2xkLnYxLkdldFByb3ZpZGVyUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkdldFByb3ZpZGVyUmVzcG9uc2UiA5ACARJhCg1MaXN0UHJvdmlkZXJzEiQuY29udGV4dGZvbGQudjEuTGlzdFByb3ZpZGVyc1JlcXVlc3QaJS5jb250ZXh0Zm9sZC52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2UiA5ACARJfCg5VcGRhdGVQcm92aWRlchIlLmNvbnRleHRmb2xkLnYxLlVwZGF0ZVByb3ZpZGVyUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLlVwZGF0ZVByb3ZpZGVyUmVzcG9uc2USXwoORGVsZXRlUHJvdmlkZXISJS5jb250ZXh0Zm9sZC52MS5EZWxldGVQcm92aWRlclJlcXVlc3QaJi5jb250ZXh0Zm9sZC52MS5EZWxldGVQcm92aWRlclJlc3BvbnNlYgZwcm90bzM", [file_contextfold_v1_conversation, file_contextfold_v1_injection, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Request for Provide: the injection context, as data.
@@ -178,6 +178,22 @@ export type Provider = Message<"contextfold.v1.Provider"> & {
    * @generated from field: string trigger_expression = 10;
    */
   triggerExpression: string;
+
+  /**
+   * Dial it over TLS; unset: plaintext (on loopback, or behind a mesh).
+   *
+   * @generated from field: contextfold.v1.ProviderTls tls = 11;
+   */
+  tls?: ProviderTls | undefined;
+
+  /**
+   * A header sent with every Provide call, such as `authorization: Bearer …`.
+   * Its value is kept secret: stored encrypted, never returned (GetProvider
+   * and ListProviders return the header's name and an empty value).
+   *
+   * @generated from field: contextfold.v1.ProviderCredential credential = 12;
+   */
+  credential?: ProviderCredential | undefined;
 };
 
 /**
@@ -186,6 +202,79 @@ export type Provider = Message<"contextfold.v1.Provider"> & {
  */
 export const ProviderSchema: GenMessage<Provider> = /*@__PURE__*/
   messageDesc(file_contextfold_v1_provider, 2);
+
+/**
+ * How contextfold reaches a provider over TLS.
+ *
+ * @generated from message contextfold.v1.ProviderTls
+ */
+export type ProviderTls = Message<"contextfold.v1.ProviderTls"> & {
+  /**
+   * The CA certificates (PEM) to verify the provider's certificate with;
+   * empty: the system's roots.
+   *
+   * @generated from field: string ca_pem = 1;
+   */
+  caPem: string;
+
+  /**
+   * contextfold's certificate (PEM) for mutual TLS, with its key; both or
+   * neither.
+   *
+   * @generated from field: string client_cert_pem = 2;
+   */
+  clientCertPem: string;
+
+  /**
+   * The key of `client_cert_pem` (PEM). Kept secret: stored encrypted, never
+   * returned.
+   *
+   * @generated from field: string client_key_pem = 3;
+   */
+  clientKeyPem: string;
+
+  /**
+   * The name the provider's certificate must carry; empty: the target's host.
+   *
+   * @generated from field: string server_name = 4;
+   */
+  serverName: string;
+};
+
+/**
+ * Describes the message contextfold.v1.ProviderTls.
+ * Use `create(ProviderTlsSchema)` to create a new message.
+ */
+export const ProviderTlsSchema: GenMessage<ProviderTls> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_provider, 3);
+
+/**
+ * A header contextfold sends to a provider with every call.
+ *
+ * @generated from message contextfold.v1.ProviderCredential
+ */
+export type ProviderCredential = Message<"contextfold.v1.ProviderCredential"> & {
+  /**
+   * The header's name: lowercase letters, digits and `-`, e.g. `authorization`.
+   *
+   * @generated from field: string header = 1;
+   */
+  header: string;
+
+  /**
+   * Its value. Input only: never returned.
+   *
+   * @generated from field: string value = 2;
+   */
+  value: string;
+};
+
+/**
+ * Describes the message contextfold.v1.ProviderCredential.
+ * Use `create(ProviderCredentialSchema)` to create a new message.
+ */
+export const ProviderCredentialSchema: GenMessage<ProviderCredential> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_provider, 4);
 
 /**
  * Request for RegisterProvider.
@@ -206,7 +295,7 @@ export type RegisterProviderRequest = Message<"contextfold.v1.RegisterProviderRe
  * Use `create(RegisterProviderRequestSchema)` to create a new message.
  */
 export const RegisterProviderRequestSchema: GenMessage<RegisterProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 3);
+  messageDesc(file_contextfold_v1_provider, 5);
 
 /**
  * Response for RegisterProvider.
@@ -227,7 +316,7 @@ export type RegisterProviderResponse = Message<"contextfold.v1.RegisterProviderR
  * Use `create(RegisterProviderResponseSchema)` to create a new message.
  */
 export const RegisterProviderResponseSchema: GenMessage<RegisterProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 4);
+  messageDesc(file_contextfold_v1_provider, 6);
 
 /**
  * Request for GetProvider.
@@ -248,7 +337,7 @@ export type GetProviderRequest = Message<"contextfold.v1.GetProviderRequest"> & 
  * Use `create(GetProviderRequestSchema)` to create a new message.
  */
 export const GetProviderRequestSchema: GenMessage<GetProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 5);
+  messageDesc(file_contextfold_v1_provider, 7);
 
 /**
  * Response for GetProvider.
@@ -269,7 +358,7 @@ export type GetProviderResponse = Message<"contextfold.v1.GetProviderResponse"> 
  * Use `create(GetProviderResponseSchema)` to create a new message.
  */
 export const GetProviderResponseSchema: GenMessage<GetProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 6);
+  messageDesc(file_contextfold_v1_provider, 8);
 
 /**
  * Request for ListProviders.
@@ -299,7 +388,7 @@ export type ListProvidersRequest = Message<"contextfold.v1.ListProvidersRequest"
  * Use `create(ListProvidersRequestSchema)` to create a new message.
  */
 export const ListProvidersRequestSchema: GenMessage<ListProvidersRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 7);
+  messageDesc(file_contextfold_v1_provider, 9);
 
 /**
  * Response for ListProviders.
@@ -327,7 +416,7 @@ export type ListProvidersResponse = Message<"contextfold.v1.ListProvidersRespons
  * Use `create(ListProvidersResponseSchema)` to create a new message.
  */
 export const ListProvidersResponseSchema: GenMessage<ListProvidersResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 8);
+  messageDesc(file_contextfold_v1_provider, 10);
 
 /**
  * Request for UpdateProvider.
@@ -344,8 +433,8 @@ export type UpdateProviderRequest = Message<"contextfold.v1.UpdateProviderReques
 
   /**
    * The fields to change: `target`, `trigger`, `trigger_expression`,
-   * `priority`, `timeout`, `max_tokens`, `enabled`. Empty changes every one
-   * of them.
+   * `priority`, `timeout`, `max_tokens`, `enabled`, `tls`, `credential`.
+   * Empty changes every one of them.
    *
    * @generated from field: google.protobuf.FieldMask update_mask = 2;
    */
@@ -357,7 +446,7 @@ export type UpdateProviderRequest = Message<"contextfold.v1.UpdateProviderReques
  * Use `create(UpdateProviderRequestSchema)` to create a new message.
  */
 export const UpdateProviderRequestSchema: GenMessage<UpdateProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 9);
+  messageDesc(file_contextfold_v1_provider, 11);
 
 /**
  * Response for UpdateProvider.
@@ -378,7 +467,7 @@ export type UpdateProviderResponse = Message<"contextfold.v1.UpdateProviderRespo
  * Use `create(UpdateProviderResponseSchema)` to create a new message.
  */
 export const UpdateProviderResponseSchema: GenMessage<UpdateProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 10);
+  messageDesc(file_contextfold_v1_provider, 12);
 
 /**
  * Request for DeleteProvider.
@@ -399,7 +488,7 @@ export type DeleteProviderRequest = Message<"contextfold.v1.DeleteProviderReques
  * Use `create(DeleteProviderRequestSchema)` to create a new message.
  */
 export const DeleteProviderRequestSchema: GenMessage<DeleteProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 11);
+  messageDesc(file_contextfold_v1_provider, 13);
 
 /**
  * Response for DeleteProvider.
@@ -414,7 +503,7 @@ export type DeleteProviderResponse = Message<"contextfold.v1.DeleteProviderRespo
  * Use `create(DeleteProviderResponseSchema)` to create a new message.
  */
 export const DeleteProviderResponseSchema: GenMessage<DeleteProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 12);
+  messageDesc(file_contextfold_v1_provider, 14);
 
 /**
  * The contract a context provider implements, in any language: given the
