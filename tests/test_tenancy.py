@@ -252,3 +252,29 @@ def test_agents_hear_a_provider_is_unreachable_and_admins_hear_why(tenants: Tena
         assert told["admin"].startswith("unreachable: ") and len(told["admin"]) > len("unreachable: ")
     finally:
         admin.delete_provider(name)
+
+
+def test_a_page_token_is_good_for_its_own_tenant_only(server: ServerProcess, tenants: Tenants, as_tenant) -> None:
+    import grpc
+    from contextfold.v1 import memory_pb2, memory_pb2_grpc
+
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    store = unique("paged")
+    for tenant in (acme, globex):
+        tenant.create_store(store)
+        tenant.add_memories(store, [f"fact {n}" for n in range(3)])
+
+    def list_page(key: str, token: str = "") -> memory_pb2.ListMemoriesResponse:
+        with grpc.insecure_channel(server.address) as channel:
+            return memory_pb2_grpc.MemoryServiceStub(channel).ListMemories(
+                memory_pb2.ListMemoriesRequest(store=store, page_size=1, page_token=token),
+                metadata=(("authorization", f"Bearer {key}"),),
+                timeout=10,
+            )
+
+    acme_token = list_page(tenants.acme_admin).next_page_token
+    assert list_page(tenants.acme_admin, acme_token).memories
+    with pytest.raises(grpc.RpcError) as raised:
+        list_page(tenants.globex_admin, acme_token)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details() == "page_token: belongs to a request with other parameters"

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from ..access.sealing import Sealer
 from ..errors import InvalidArgument
+from .caller import CALLER
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -54,7 +55,9 @@ class PageTokens:
         self._sealer = Sealer(secret, "page tokens")
 
     def encode(self, after: Any, *request_parts: str) -> str:
-        payload = json.dumps({"after": after, "key": _request_key(*request_parts)}, separators=(",", ":")).encode()
+        """A token for the page after `after`, bound to the request's parts and the caller's namespace."""
+        key = _request_key(CALLER.get().namespace, *request_parts)
+        payload = json.dumps({"after": after, "key": key}, separators=(",", ":")).encode()
         return _b64(self._sealer.seal(payload))
 
     def decode(self, token: str, is_position: Callable[[Any], bool], *request_parts: str) -> Any:
@@ -67,7 +70,7 @@ class PageTokens:
             raise _not_ours() from None
         if not is_position(decoded["after"]):
             raise _not_ours()
-        if decoded["key"] != _request_key(*request_parts):
+        if decoded["key"] != _request_key(CALLER.get().namespace, *request_parts):
             raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
         return decoded["after"]
 
