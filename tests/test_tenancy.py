@@ -278,3 +278,23 @@ def test_a_page_token_is_good_for_its_own_tenant_only(server: ServerProcess, ten
         list_page(tenants.globex_admin, acme_token)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert raised.value.details() == "page_token: belongs to a request with other parameters"
+
+
+def test_a_namespace_uses_a_bounded_number_of_vector_dimensions(tenants: Tenants, as_tenant) -> None:
+    """Each dimension has an index of its own that every tenant's writes keep up: a tenant may not
+    make the service build hundreds. Another tenant's dimensions do not count against it."""
+    from contextfold.errors import ResourceExhausted
+    from contextfold_server.memory.store import MAX_DIMENSIONS_PER_NAMESPACE
+
+    globex, acme = as_tenant(tenants.globex_admin), as_tenant(tenants.acme_admin)
+    used = {store.dimension for store in globex.list_stores()}
+    for dimension in range(100, 100 + MAX_DIMENSIONS_PER_NAMESPACE):
+        if len(used) < MAX_DIMENSIONS_PER_NAMESPACE:
+            globex.create_store(unique(f"d{dimension}"), dimension=dimension)
+            used.add(dimension)
+    with pytest.raises(ResourceExhausted) as refused:
+        globex.create_store(unique("one-more"), dimension=99)
+    assert refused.value.details[0].reason == "DIMENSIONS_PER_NAMESPACE"
+    # A dimension it already uses is fine, as is the same new dimension for another tenant.
+    globex.create_store(unique("again"), dimension=max(used))
+    acme.create_store(unique("acme-99"), dimension=99)

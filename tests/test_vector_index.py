@@ -17,6 +17,7 @@ from contextfold_server.engine.memory import SearchQuery
 from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.pool import Database
+from contextfold_server.postgres.vector_index import VectorIndexes
 
 from .polling import wait_for
 from .servers import Postgres
@@ -68,9 +69,11 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
         with psycopg.connect(postgres.url, autocommit=True) as conn:
             conn.execute("ALTER DATABASE postgres SET enable_seqscan = off")
         database = await Database.open(postgres.url, session_settings=SEARCH_SETTINGS)
-        store = PostgresMemoryStore(database)
+        indexes = VectorIndexes(postgres.url)
+        store = PostgresMemoryStore(database, indexes.request)
         try:
             await store.create_store("default", "vectors", "", DIMENSION)
+            # Built in the background, concurrently, while the entries go in.
             await store.add_memories(
                 "default",
                 "vectors",
@@ -84,6 +87,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
                     for i in range(ENTRIES)
                 ],
             )
+            await indexes.built(DIMENSION)
             # As autovacuum would after a bulk load: the planner needs to know the table's size.
             with psycopg.connect(postgres.url, autocommit=True) as conn:
                 conn.execute("ANALYZE contextfold.memories")
@@ -95,6 +99,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
                     _, results = await store.search("default", Scope(user), query)
                     found[user].append([r.memory.id for r in results])
         finally:
+            await indexes.close()
             await database.close()
         return found, index_scans(postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")
 

@@ -53,6 +53,7 @@ from .observe.tracing import start_tracing, stop_tracing
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database
+from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
 from .providers.fanout import ProviderChannels
 from .providers.registry import ProviderDirectory, ProviderRepository
@@ -167,7 +168,10 @@ async def _start(
     running.push_async_callback(database.close)
     databases.append(database)
     metrics.watch_pool(database.stats)
-    store = PostgresMemoryStore(database)
+    indexes = VectorIndexes(shared.database_url)
+    running.push_async_callback(indexes.close)
+    await indexes.build_missing()
+    store = PostgresMemoryStore(database, indexes.request)
     # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
     # keys derived from it.
     secret = await service_secret(shared.database_url, "page_tokens")

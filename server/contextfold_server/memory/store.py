@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,8 +19,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ..engine.memory import SearchQuery
-from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from ..postgres.migrations import SCHEMA, ensure_vector_index
+from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..postgres.migrations import SCHEMA
 from ..postgres.pool import Connection, Database, NamespaceConnection
 
 
@@ -146,9 +146,16 @@ def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
     )
 
 
+# Stores of a namespace use at most this many vector dimensions: each has an index of its own, which
+# every tenant's writes keep up and which takes a while to build.
+MAX_DIMENSIONS_PER_NAMESPACE = 8
+
+
 class PostgresMemoryStore:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, new_dimension: Callable[[int], None] = lambda dimension: None) -> None:
         self._database = database
+        # Told each store's dimension as it is created, so its index gets built (`VectorIndexes.request`).
+        self._new_dimension = new_dimension
 
     def _connection(self, namespace: str) -> NamespaceConnection:
         return self._database.connection(namespace)
@@ -156,7 +163,22 @@ class PostgresMemoryStore:
     # Stores
 
     async def create_store(self, namespace: str, name: str, description: str, dimension: int) -> StoreRecord:
+        """A new store; its dimension's index is built in the background if it has none yet. A
+        namespace's stores use at most `MAX_DIMENSIONS_PER_NAMESPACE` dimensions (an index each)."""
         async with self._connection(namespace) as conn, conn.transaction():
+            # One creation at a time per namespace, so two cannot both pass the cap.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"stores of {namespace}",))
+            cursor = await conn.execute(
+                f"SELECT array_agg(DISTINCT dimension) AS dimensions FROM {SCHEMA}.stores WHERE namespace = %s",
+                (namespace,),
+            )
+            used = set((await cursor.fetchone() or {}).get("dimensions") or ())
+            if dimension not in used and len(used) >= MAX_DIMENSIONS_PER_NAMESPACE:
+                raise ResourceExhausted(
+                    "DIMENSIONS_PER_NAMESPACE",
+                    f"store.dimension: this namespace's stores already use {len(used)} dimensions"
+                    f" ({', '.join(map(str, sorted(used)))}); the limit is {MAX_DIMENSIONS_PER_NAMESPACE}",
+                )
             cursor = await conn.execute(
                 f"INSERT INTO {SCHEMA}.stores (namespace, name, description, dimension) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT DO NOTHING RETURNING name, description, dimension, create_time",
@@ -165,8 +187,8 @@ class PostgresMemoryStore:
             row = await cursor.fetchone()
             if row is None:
                 raise AlreadyExists("store", name)
-            await ensure_vector_index(conn, dimension)
-            return StoreRecord(**row)
+        self._new_dimension(dimension)
+        return StoreRecord(**row)
 
     async def list_stores(self, namespace: str, after: str, limit: int) -> list[StoreRecord]:
         async with self._connection(namespace) as conn:

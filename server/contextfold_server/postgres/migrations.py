@@ -10,10 +10,8 @@ nothing. Tables live in their own schema so contextfold can share a database.
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import psycopg
-from psycopg import sql
 
 SCHEMA = "contextfold"
 
@@ -29,8 +27,8 @@ OPEN_NAMESPACE = "~open"
 NAMESPACE_SETTING = "contextfold.namespace"
 _TENANT_TABLES = ("stores", "memories", "providers")
 
-# One advisory-lock key for everything that changes the schema (migrations and
-# per-dimension indexes), so replicas starting together never race.
+# One advisory-lock key for the migrations (indexes of new dimensions have their own, in vector_index.py),
+# so replicas starting together never race.
 _DDL_LOCK = 0x636F6E74  # "cont"
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -240,26 +238,3 @@ async def service_secret(conninfo: str, name: str) -> bytes:
         row = await cursor.fetchone()
     assert row is not None
     return bytes(row[0])
-
-
-async def ensure_vector_index(conn: psycopg.AsyncConnection[Any], dimension: int) -> None:
-    """An HNSW cosine index for the entries of one dimension.
-
-    One table holds stores of every dimension, so each dimension gets a partial
-    index over its own cast; searches repeat the same cast and predicate with
-    the dimension as a literal, which is what lets the planner use it.
-    """
-    dimension = int(dimension)
-    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
-    # Requests may run as the service role, which owns nothing: the index is built as the login
-    # role, and the transaction goes on as the role it had.
-    cursor = await conn.execute("SELECT current_user AS role")
-    row = await cursor.fetchone()
-    assert row is not None
-    role = row["role"] if isinstance(row, dict) else row[0]
-    await conn.execute("SET LOCAL ROLE NONE")
-    await conn.execute(
-        f"CREATE INDEX IF NOT EXISTS memories_hnsw_{dimension} ON {SCHEMA}.memories"
-        f" USING hnsw ((embedding::vector({dimension})) vector_cosine_ops) WHERE dimension = {dimension}"
-    )
-    await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
