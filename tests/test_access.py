@@ -194,3 +194,44 @@ def test_a_key_bound_to_a_user_is_confined_to_that_user(closed: ServerProcess, p
                 call()
             assert denied.value.details[0].reason == "SCOPE_BOUND_KEY"
         assert bound.delete_memories(["a1"]) == 1
+
+
+def test_requests_may_log_in_as_a_role_that_owns_nothing(tmp_path) -> None:
+    """Production's two roles: the schema owner migrates (and reads the keys); requests log in as a
+    role that owns nothing, so row-level security binds them, and that cannot read the keys."""
+    database = Postgres(tmp_path / "pgdata")
+    try:
+        with psycopg.connect(database.url, autocommit=True) as conn:
+            conn.execute("CREATE ROLE contextfold_app LOGIN")
+        serving_url = database.url.replace("postgresql://postgres:@", "postgresql://contextfold_app:@")
+        assert serving_url != database.url
+        server = start_server(
+            tmp_path / "server.log",
+            "--database-url",
+            serving_url,
+            "--database-migration-url",
+            database.url,
+            "--auth",
+            "none",
+        )
+        try:
+            with Client(server.address) as cf:
+                cf.create_store("notes")
+                (added,) = cf.add_memories("notes", ["The user's boat is called Tern"])
+                result = cf.inject(
+                    [{"role": "user", "content": [{"text": "What is my boat called?"}]}], stores=["notes"]
+                )
+                assert [entry.id for entry in result.report.entries] == [added.id]
+        finally:
+            assert server.stop() == 0, server.log()
+        with psycopg.connect(serving_url, autocommit=True) as conn:
+            owners = conn.execute(
+                "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'contextfold'"
+            ).fetchall()
+            assert owners == [("postgres",)]
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM contextfold.api_keys")
+            # Without a namespace set, row-level security shows it nothing.
+            assert conn.execute("SELECT count(*) FROM contextfold.memories").fetchone() == (0,)
+    finally:
+        database.cleanup()

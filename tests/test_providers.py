@@ -562,7 +562,7 @@ def test_a_name_is_checked_on_what_it_resolves_to_each_time_and_dialled_there() 
     async def resolve(host: str, port: int) -> list:
         return [ipaddress.ip_address(next(answers))]
 
-    policy = EgressPolicy.from_option("*.example,127.0.0.0/8", (), "", resolve=resolve, resolved_for=0.0)
+    policy = EgressPolicy.from_option("*.example,127.0.0.0/8", (), (), resolve=resolve, resolved_for=0.0)
 
     async def scenario() -> tuple[str, str]:
         first = await policy.check("provider.example:8080")

@@ -47,6 +47,8 @@ class Config:
     cache_reload_seconds: float
     # "keys": every call needs an API key; "none": the service is open (for one machine).
     auth: str
+    # The schema owner's URL, when requests log in as a role of their own ("": the same as database_url).
+    database_migration_url: str
     # Where providers may be dialled (`providers/egress.py`): host patterns, networks, unix: paths.
     provider_targets: str
     workers: int
@@ -84,6 +86,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
     )
     option("--port", int, 50051, help="0 picks a free port")
     option("--database-url", default="", help="a Postgres with pgvector; without one, an embedded Postgres is started")
+    option(
+        "--database-migration-url",
+        default="",
+        help="the schema owner's URL (migrations, index builds, API keys); --database-url is then a role"
+        " of its own that only reads and writes the tenants' rows (default: --database-url does both)",
+    )
     option("--data-dir", Path, default_data_dir(), help="where the embedded Postgres keeps its data")
     option(
         "--workers",
@@ -181,6 +189,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         keepalive_seconds=args.keepalive_seconds,
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
         auth=args.auth,
+        database_migration_url=args.database_migration_url,
         provider_targets=args.provider_targets,
         workers=max(1, args.workers),
         model_dir=args.model_dir,

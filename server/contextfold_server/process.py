@@ -79,10 +79,17 @@ SERVICE_NAMES = tuple(service.full_name for service, _ in SERVICES)
 class Shared:
     """What the supervisor starts or finds once, for every worker."""
 
+    # Requests' database URL, and the schema owner's (migrations, index builds, keys, secrets): the same
+    # unless the operator gives a migration role of its own (`--database-migration-url`).
     database_url: str
     port: int
     # The local model's ONNX export; None with a remote embedder.
     model: Path | None
+    migration_url: str = ""
+
+    @property
+    def owner_url(self) -> str:
+        return self.migration_url or self.database_url
 
 
 async def serve(config: Config, shared: Shared, worker: int, reports: Connection) -> None:
@@ -95,8 +102,9 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     metrics = Metrics(worker)
     lag = LoopLagMonitor(metrics.loop_lag.observe)
     lag.start()
-    listener = ChangeListener(shared.database_url, config.cache_reload_seconds)
-    keys = KeyRing(shared.database_url, listener, required=config.auth == "keys")
+    listener = ChangeListener(shared.owner_url, config.cache_reload_seconds)
+    # Keys are read on the owner's connection: the role that serves requests cannot read them.
+    keys = KeyRing(shared.owner_url, listener, required=config.auth == "keys")
     health_servicer = health.aio.HealthServicer()
     readiness = Readiness(health_servicer, SERVICE_NAMES)
     pipeline = CallPipeline(metrics, config.max_in_flight, keys, readiness, lag)
@@ -163,21 +171,21 @@ async def _start(
     """Start every dependency (each closed by `running` on the way out) and put the servicers in place."""
     embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
     running.push_async_callback(_close_embedder, embedder_loading)
-    await _wait_for_database(shared.database_url)
+    await _wait_for_database(shared.owner_url, shared.database_url)
     database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS)
     running.push_async_callback(database.close)
     databases.append(database)
     metrics.watch_pool(database.stats)
-    indexes = VectorIndexes(shared.database_url)
+    indexes = VectorIndexes(shared.owner_url)
     running.push_async_callback(indexes.close)
     await indexes.build_missing()
     store = PostgresMemoryStore(database, indexes.request)
     # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
     # keys derived from it.
-    secret = await service_secret(shared.database_url, "page_tokens")
+    secret = await service_secret(shared.owner_url, "page_tokens")
     providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
     policy = EgressPolicy.from_option(
-        config.provider_targets, (shared.port, config.admin_port, metrics_port), shared.database_url
+        config.provider_targets, (shared.port, config.admin_port, metrics_port), {shared.database_url, shared.owner_url}
     )
     channels = ProviderChannels(policy)
     running.push_async_callback(channels.close)
@@ -220,11 +228,11 @@ async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
         await embedder.close()
 
 
-async def _wait_for_database(database_url: str) -> None:
+async def _wait_for_database(owner_url: str, database_url: str) -> None:
     """Migrate the schema, waiting (NOT_SERVING) for as long as the database cannot be reached."""
     while True:
         try:
-            await migrate(database_url)
+            await migrate(owner_url, serving_url=database_url)
             return
         except psycopg.OperationalError as error:
             logger.warning("reason=<%s> | the database is not reachable | retrying in 1 s", str(error).strip())

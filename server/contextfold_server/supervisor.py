@@ -221,7 +221,7 @@ def _supervise(
     if config.auth == "none":
         _warn_open(config.host)
     reservation, port = _reserve_port(config.host, config.port)
-    supervisor = _Supervisor(config, Shared(database_url, port, model))
+    supervisor = _Supervisor(config, Shared(database_url, port, model, config.database_migration_url))
     if config.admin_port >= 0:
         registry = CollectorRegistry()
         registry.register(WorkerMetrics(supervisor.metrics_endpoints))

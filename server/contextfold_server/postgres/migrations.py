@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 
 import psycopg
+from psycopg import sql
 
 SCHEMA = "contextfold"
 
@@ -182,8 +183,22 @@ async def bypasses_row_security(conn: psycopg.AsyncConnection) -> bool:
     return bool(row and row[0])
 
 
-async def _grant_service_role(conn: psycopg.AsyncConnection) -> None:
-    """The service role, with what requests need (rows of the tables, the sequences), and no more."""
+_REQUEST_GRANTS = f"""
+    GRANT USAGE ON SCHEMA {SCHEMA} TO {{grantee}};
+    GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{SCHEMA}.{t}" for t in _TENANT_TABLES)} TO {{grantee}};
+    GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {{grantee}};
+    -- Keys are checked by the key ring, on the owner's connection: requests never read them.
+    REVOKE ALL ON {SCHEMA}.api_keys, {SCHEMA}.service_secrets, {SCHEMA}.migrations FROM {{grantee}};
+"""
+
+
+async def _grant_requests(conn: psycopg.AsyncConnection, grantee: str) -> None:
+    """What requests need (the tenants' rows, the sequences), and no more, to the role `grantee`."""
+    await conn.execute(sql.SQL(_REQUEST_GRANTS).format(grantee=sql.Identifier(grantee)))
+
+
+async def _create_service_role(conn: psycopg.AsyncConnection) -> None:
+    """The role requests run as when the login role would bypass row-level security: it owns nothing."""
     await conn.execute(
         f"""
         DO $$ BEGIN
@@ -192,17 +207,26 @@ async def _grant_service_role(conn: psycopg.AsyncConnection) -> None:
             END IF;
         END $$;
         GRANT {SERVICE_ROLE} TO current_user;
-        GRANT USAGE ON SCHEMA {SCHEMA} TO {SERVICE_ROLE};
-        GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{SCHEMA}.{t}" for t in _TENANT_TABLES)}
-            TO {SERVICE_ROLE};
-        -- Keys are checked by the key ring, on connections of the login role: requests never read them.
-        REVOKE ALL ON {SCHEMA}.api_keys, {SCHEMA}.service_secrets, {SCHEMA}.migrations FROM {SERVICE_ROLE};
-        GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {SERVICE_ROLE};
         """
     )
+    await _grant_requests(conn, SERVICE_ROLE)
 
 
-async def migrate(conninfo: str) -> None:
+async def _serving_role(serving_url: str) -> tuple[str, bool]:
+    """The role a URL logs in as, and whether it bypasses row-level security."""
+    async with await psycopg.AsyncConnection.connect(serving_url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return row[0], bool(row[1])
+
+
+async def migrate(conninfo: str, serving_url: str = "") -> None:
+    """Migrate the schema as the role of `conninfo` (its owner), and grant requests what they need: to
+    the service role when a login role bypasses row-level security, and to the role of `serving_url`
+    when requests log in as a role of their own (a migration role apart, for production)."""
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (_DDL_LOCK,))
         try:
@@ -220,8 +244,17 @@ async def migrate(conninfo: str) -> None:
                 async with conn.transaction():
                     await conn.execute(statements)
                     await conn.execute(f"INSERT INTO {SCHEMA}.migrations (version) VALUES (%s)", (version,))
-            if await bypasses_row_security(conn):
-                await _grant_service_role(conn)
+            serving, serving_bypasses = (
+                await _serving_role(serving_url) if serving_url and serving_url != conninfo else ("", False)
+            )
+            if serving_bypasses or await bypasses_row_security(conn):
+                await _create_service_role(conn)
+            if serving and serving_bypasses:
+                await conn.execute(
+                    sql.SQL("GRANT {} TO {}").format(sql.Identifier(SERVICE_ROLE), sql.Identifier(serving))
+                )
+            elif serving:
+                await _grant_requests(conn, serving)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
 

@@ -111,11 +111,11 @@ class EgressPolicy:
         cls,
         allowed: str,
         own_ports: Iterable[int],
-        database_url: str,
+        database_urls: Iterable[str],
         resolve: Resolve | None = None,
         resolved_for: float = RESOLVED_FOR_SECONDS,
     ) -> EgressPolicy:
-        """The policy for `--provider-targets` (`allowed`), the service's ports and its database."""
+        """The policy for `--provider-targets` (`allowed`), the service's ports and its database (its URLs)."""
         hosts: list[str] = []
         networks: list[Network] = []
         paths: list[str] = []
@@ -129,14 +129,19 @@ class EgressPolicy:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
                 hosts.append(entry.lower().rstrip("."))
-        database, socket_dirs = _database_endpoints(database_url)
+        database: list[tuple[Address | None, int]] = []
+        socket_dirs: list[str] = []
+        for url in database_urls:
+            endpoints, dirs = _database_endpoints(url)
+            database.extend(endpoints)
+            socket_dirs.extend(dirs)
         return cls(
             tuple(hosts),
             tuple(networks),
             tuple(paths),
             frozenset(port for port in own_ports if port > 0),
-            database,
-            socket_dirs,
+            tuple(database),
+            tuple(socket_dirs),
             resolve,
             resolved_for,
         )
