@@ -165,7 +165,7 @@ class PostgresMemoryStore:
     async def create_store(self, namespace: str, name: str, description: str, dimension: int) -> StoreRecord:
         """A new store; its dimension's index is built in the background if it has none yet. A
         namespace's stores use at most `MAX_DIMENSIONS_PER_NAMESPACE` dimensions (an index each)."""
-        async with self._connection(namespace) as conn, conn.transaction():
+        async with self._connection(namespace) as conn:
             # One creation at a time per namespace, so two cannot both pass the cap.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"stores of {namespace}",))
             cursor = await conn.execute(
@@ -203,16 +203,16 @@ class PostgresMemoryStore:
 
     async def get_stores(self, namespace: str, names: Sequence[str]) -> dict[str, StoreRecord]:
         """The named stores that exist; every store of the namespace when `names` is empty."""
-        async with self._connection(namespace) as conn:
-            cursor = await conn.execute(
-                f"SELECT name, description, dimension, create_time FROM {SCHEMA}.stores"
-                " WHERE namespace = %s AND (cardinality(%s::text[]) = 0 OR name = ANY(%s::text[]))",
-                (namespace, list(names), list(names)),
-            )
-            return {row["name"]: StoreRecord(**row) for row in await cursor.fetchall()}
+        rows = await self._database.read(
+            namespace,
+            f"SELECT name, description, dimension, create_time FROM {SCHEMA}.stores"
+            " WHERE namespace = %s AND (cardinality(%s::text[]) = 0 OR name = ANY(%s::text[]))",
+            (namespace, list(names), list(names)),
+        )
+        return {row["name"]: StoreRecord(**row) for row in rows}
 
     async def delete_store(self, namespace: str, name: str, force: bool) -> int:
-        async with self._connection(namespace) as conn, conn.transaction():
+        async with self._connection(namespace) as conn:
             cursor = await conn.execute(
                 f"SELECT (SELECT count(*) FROM {SCHEMA}.memories WHERE namespace = %s AND store = %s) AS n"
                 f" FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s FOR UPDATE",
@@ -247,7 +247,7 @@ class PostgresMemoryStore:
             )
             for memory in memories
         ]
-        async with self._connection(namespace) as conn, conn.transaction():
+        async with self._connection(namespace) as conn:
             # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
             dimension = await _store_dimension(conn, namespace, store, lock="FOR SHARE")
             for index, memory in enumerate(memories):
@@ -300,9 +300,7 @@ class PostgresMemoryStore:
             "limit": query.limit,
             "max_distance": None if query.min_score is None else 1.0 - query.min_score,
         }
-        async with self._connection(namespace) as conn:
-            cursor = await conn.execute(_search_query(len(query.vector), tuple(scoped)), params)
-            rows = await cursor.fetchall()
+        rows = await self._database.read(namespace, _search_query(len(query.vector), tuple(scoped)), params)
         known = dict(rows[0]["known"])
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         return known, results
@@ -310,19 +308,16 @@ class PostgresMemoryStore:
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = _UNSCOPED) -> MemoryRecord:
         """The entry, if it exists within `scope`: outside it, it does not."""
         scoped = scope.fields()
-        async with self._connection(namespace) as conn:
-            cursor = await conn.execute(
-                sql.SQL("SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND id = %(id)s{scope}").format(
-                    columns=sql.SQL(_MEMORY_COLUMNS),
-                    table=sql.Identifier(SCHEMA, "memories"),
-                    scope=_scope_filter(scoped),
-                ),
-                {"namespace": namespace, "id": memory_id, **scoped},
-            )
-            row = await cursor.fetchone()
-        if row is None:
+        rows = await self._database.read(
+            namespace,
+            sql.SQL("SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND id = %(id)s{scope}").format(
+                columns=sql.SQL(_MEMORY_COLUMNS), table=sql.Identifier(SCHEMA, "memories"), scope=_scope_filter(scoped)
+            ),
+            {"namespace": namespace, "id": memory_id, **scoped},
+        )
+        if not rows:
             raise NotFound("memory", memory_id)
-        return _memory(row)
+        return _memory(rows[0])
 
     async def list_memories(
         self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int
@@ -348,7 +343,7 @@ class PostgresMemoryStore:
     ) -> int:
         """Delete the entries by id, within `scope` (outside it they do not exist)."""
         scoped = scope.fields()
-        async with self._connection(namespace) as conn, conn.transaction():
+        async with self._connection(namespace) as conn:
             cursor = await conn.execute(
                 sql.SQL(
                     "DELETE FROM {table} WHERE namespace = %(namespace)s AND id = ANY(%(ids)s){scope} RETURNING id"

@@ -1,9 +1,8 @@
 """The connection pool every Postgres adapter shares; database failures become UNAVAILABLE.
 
-Every connection is handed out for one namespace: it names the namespace in the
-session (`contextfold.namespace`, set again whenever the connection changes hands
-between namespaces), which row-level security checks on every row read or
-written. Queries name the namespace too; the policies are the second line,
+Every connection is handed out for one namespace, in one transaction that names
+it (`contextfold.namespace`, set for that transaction only), which row-level
+security checks on every row read or written. Queries name the namespace too; the policies are the second line,
 holding even where a query forgot. When the login role would bypass the policies
 (a superuser, as with the embedded Postgres), connections act as the
 unprivileged service role.
@@ -12,13 +11,14 @@ unprivileged service role.
 from __future__ import annotations
 
 import asyncio
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, cast
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -27,14 +27,14 @@ from .migrations import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_security
 
 # A pooled connection as adapters use it: rows come back as dicts.
 Connection = psycopg.AsyncConnection[dict[str, Any]]
+Query = str | sql.SQL | sql.Composed
+Params = Sequence[Any] | Mapping[str, Any]
 
 
 class Database:
     def __init__(self, conninfo: str, pool: AsyncConnectionPool) -> None:
         self.conninfo = conninfo
         self._pool = pool
-        # The namespace each pooled connection acts for, so it is set only when it changes.
-        self._namespaces: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
         self._checking: asyncio.Task[None] | None = None
 
     @classmethod
@@ -74,7 +74,27 @@ class Database:
 
     def connection(self, namespace: str) -> NamespaceConnection:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
-        return NamespaceConnection(self._pool, namespace, self._namespaces, self._connection_lost)
+        return NamespaceConnection(self._pool, namespace, self._connection_lost)
+
+    async def read(self, namespace: str, query: Query, params: Params) -> list[dict[str, Any]]:
+        """The rows of one read acting for `namespace`, in one round trip: the transaction's BEGIN, its
+        namespace, the query and the COMMIT go out together (pipelined), so the namespace lasts for
+        this transaction only at no more than one round trip's cost."""
+        try:
+            async with self._pool.connection() as pooled:
+                conn = cast(Connection, pooled)
+                conn.row_factory = dict_row
+                async with conn.pipeline() as pipeline:
+                    await conn.execute("BEGIN")
+                    await conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, namespace))
+                    cursor = await conn.execute(query, params)
+                    await conn.execute("COMMIT")
+                    await pipeline.sync()
+                    return await cursor.fetchall()
+        except (psycopg.OperationalError, TimeoutError) as error:
+            if isinstance(error, psycopg.OperationalError):
+                self._connection_lost()
+            raise Unavailable(f"database unavailable: {error}") from error
 
     def _connection_lost(self) -> None:
         """One connection was lost: the database restarted, or the network failed, and the idle ones are
@@ -94,30 +114,34 @@ class Database:
 
 
 class NamespaceConnection:
-    """A pooled connection yielding dict rows, acting for one namespace."""
+    """A pooled connection yielding dict rows, acting for one namespace, in one transaction.
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool,
-        namespace: str,
-        namespaces: weakref.WeakKeyDictionary[Connection, str],
-        lost: Callable[[], None],
-    ) -> None:
+    The namespace is set for that transaction only (`set_config(…, true)`, sent with its
+    `BEGIN` in one round trip): a connection back in the pool acts for no one, so nothing
+    that reaches it later without setting a namespace sees any tenant's rows. The
+    transaction commits when the block ends and rolls back when it raises.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool, namespace: str, lost: Callable[[], None]) -> None:
         self._context = pool.connection()
         self._namespace = namespace
-        self._namespaces = namespaces
         self._lost = lost
+        self._conn: Connection | None = None
+        self._pipeline: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
 
     async def __aenter__(self) -> Connection:
         try:
             conn = cast(Connection, await self._context.__aenter__())
             conn.row_factory = dict_row
-            if self._namespaces.get(conn) != self._namespace:
-                # Committed on its own, so no later rollback on this connection undoes it.
-                await conn.execute("SELECT set_config(%s, %s, false)", (NAMESPACE_SETTING, self._namespace))
-                await conn.commit()
-                self._namespaces[conn] = self._namespace
+            self._conn = conn
+            # Pipelined: the BEGIN and the namespace go out with the block's first statement, in one round trip.
+            self._pipeline = conn.pipeline()
+            await self._pipeline.__aenter__()
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, self._namespace))
         except (psycopg.Error, TimeoutError) as error:
+            if self._conn is not None:
+                await self._context.__aexit__(type(error), error, error.__traceback__)
             if isinstance(error, psycopg.OperationalError):
                 self._lost()
             raise Unavailable(f"database unavailable: {error}") from error
@@ -126,7 +150,21 @@ class NamespaceConnection:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._context.__aexit__(exc_type, exc, tb)
-        if isinstance(exc, psycopg.OperationalError):
+        conn = self._conn
+        ending: psycopg.Error | None = None
+        try:
+            if conn is not None and not conn.closed:
+                await conn.execute("COMMIT" if exc is None else "ROLLBACK")
+            if self._pipeline is not None:
+                await self._pipeline.__aexit__(exc_type, exc, tb)
+        except psycopg.Error as error:
+            ending = error
+        finally:
+            await self._context.__aexit__(exc_type, exc or ending, tb)
+        failure = exc or ending
+        if isinstance(failure, psycopg.OperationalError):
             self._lost()
-            raise Unavailable(f"database unavailable: {exc}") from exc
+            raise Unavailable(f"database unavailable: {failure}") from failure
+        if exc is None and ending is not None:
+            # The block went well and its commit did not: the caller must hear of it.
+            raise ending

@@ -97,7 +97,7 @@ class ProviderRepository:
         return ProviderRecord.from_row(row, self._sealer)
 
     async def register(self, namespace: str, fields: dict[str, Any]) -> ProviderRecord:
-        async with self._database.connection(namespace) as conn, conn.transaction():
+        async with self._database.connection(namespace) as conn:
             stored = {**self._stored(fields), "namespace": namespace}
             columns = ", ".join(stored)
             values = ", ".join(f"%({column})s" for column in stored)
@@ -145,7 +145,7 @@ class ProviderRepository:
     async def update(self, namespace: str, name: str, changes: dict[str, Any]) -> ProviderRecord:
         values = self._stored(changes)
         assignments = ", ".join(f"{column} = %({column})s" for column in values)
-        async with self._database.connection(namespace) as conn, conn.transaction():
+        async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
                 f"UPDATE {SCHEMA}.providers SET {assignments}{', ' if assignments else ''}update_time = now()"
                 f" WHERE namespace = %(namespace)s AND name = %(name)s RETURNING {_COLUMNS}",
@@ -158,7 +158,7 @@ class ProviderRepository:
             return self._record(row)
 
     async def delete(self, namespace: str, name: str) -> None:
-        async with self._database.connection(namespace) as conn, conn.transaction():
+        async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
                 f"DELETE FROM {SCHEMA}.providers WHERE namespace = %s AND name = %s RETURNING name", (namespace, name)
             )
