@@ -184,6 +184,9 @@ def test_a_key_bound_to_a_user_is_confined_to_that_user(closed: ServerProcess, p
         # What it writes is its user's; naming another user is refused, as is removing a whole store.
         (written,) = bound.add_memories("notes", ["Alice prefers tea"])
         assert operator.get_memory(written.id).user_id == "alice"
+        # Even a count of the others' entries is not the bound key's to see.
+        assert {s.name: s.memory_count for s in bound.list_stores()} == {"notes": 2}
+        assert {s.name: s.memory_count for s in operator.list_stores()} == {"notes": 4}
         for call in (
             lambda: bound.add_memories("notes", [{"content": "Bob likes coffee", "user_id": "bob"}]),
             lambda: bound.search_memories("cat", scope={"user_id": "bob"}),

@@ -57,7 +57,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.ListStoresResponse:
         limit = page_size(request.page_size)
         after = self._page_tokens.decode(request.page_token, lambda after: isinstance(after, str)) or ""
-        records = await self._store.list_stores(caller_namespace(context), after, limit + 1)
+        records = await self._store.list_stores(caller_namespace(context), after, limit + 1, confined(Scope(), "scope"))
         stores = [store_to_proto(r) for r in records[:limit]]
         kept = fitting(stores)
         response = memory_pb2.ListStoresResponse(stores=stores[:kept])

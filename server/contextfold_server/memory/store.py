@@ -190,16 +190,25 @@ class PostgresMemoryStore:
         self._new_dimension(dimension)
         return StoreRecord(**row)
 
-    async def list_stores(self, namespace: str, after: str, limit: int) -> list[StoreRecord]:
-        async with self._connection(namespace) as conn:
-            cursor = await conn.execute(
-                f"SELECT s.name, s.description, s.dimension, s.create_time,"
-                f" (SELECT count(*) FROM {SCHEMA}.memories m WHERE m.namespace = s.namespace AND m.store = s.name)"
-                f" AS memory_count FROM {SCHEMA}.stores s WHERE s.namespace = %s AND s.name > %s"
-                " ORDER BY s.name LIMIT %s",
-                (namespace, after, limit),
-            )
-            return [StoreRecord(**row) for row in await cursor.fetchall()]
+    async def list_stores(self, namespace: str, after: str, limit: int, scope: Scope = _UNSCOPED) -> list[StoreRecord]:
+        """A page of stores, each with its count of entries within `scope` (a scope-bound key counts
+        its own user's entries, not everyone's)."""
+        scoped = scope.fields()
+        rows = await self._database.read(
+            namespace,
+            sql.SQL(
+                "SELECT s.name, s.description, s.dimension, s.create_time,"
+                " (SELECT count(*) FROM {memories} m WHERE m.namespace = s.namespace AND m.store = s.name{scope})"
+                " AS memory_count FROM {stores} s WHERE s.namespace = %(namespace)s AND s.name > %(after)s"
+                " ORDER BY s.name LIMIT %(limit)s"
+            ).format(
+                memories=sql.Identifier(SCHEMA, "memories"),
+                stores=sql.Identifier(SCHEMA, "stores"),
+                scope=_scope_filter(scoped),
+            ),
+            {"namespace": namespace, "after": after, "limit": limit, **scoped},
+        )
+        return [StoreRecord(**row) for row in rows]
 
     async def get_stores(self, namespace: str, names: Sequence[str]) -> dict[str, StoreRecord]:
         """The named stores that exist; every store of the namespace when `names` is empty."""
