@@ -26,13 +26,16 @@ from typing import Any
 
 import grpc
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2, provider_pb2
-from google.protobuf import descriptor, struct_pb2
+from google.protobuf import descriptor, message_factory, struct_pb2
 from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2
 
 SERVICES = {
     "contextfold.v1.InjectionService": injection_pb2.DESCRIPTOR.services_by_name["InjectionService"],
     "contextfold.v1.MemoryService": memory_pb2.DESCRIPTOR.services_by_name["MemoryService"],
     "contextfold.v1.ProviderService": provider_pb2.DESCRIPTOR.services_by_name["ProviderService"],
+    # What every deployment's probes call: its unary method.
+    "grpc.health.v1.Health": health_pb2.DESCRIPTOR.services_by_name["Health"],
 }
 # Codes that mean the server failed, not the request: never an answer to bad input.
 FAILURES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -240,13 +243,15 @@ def valid_requests() -> dict[str, Message]:
         "ListProviders": provider_pb2.ListProvidersRequest(page_size=1),
         "UpdateProvider": provider_pb2.UpdateProviderRequest(provider=provider, update_mask={"paths": ["priority"]}),
         "DeleteProvider": provider_pb2.DeleteProviderRequest(name="fuzz-nobody"),
+        "Check": health_pb2.HealthCheckRequest(service="contextfold.v1.MemoryService"),
     }
 
 
 def methods() -> Iterator[tuple[str, descriptor.MethodDescriptor]]:
     for service_name, service in SERVICES.items():
         for method in service.methods:
-            yield f"/{service_name}/{method.name}", method
+            if not method.server_streaming:
+                yield f"/{service_name}/{method.name}", method
 
 
 def prepare(channel: grpc.Channel) -> None:
@@ -286,10 +291,11 @@ def requests(seed: int, structured: int, mutated: int) -> Iterator[tuple[str, by
     every = list(methods())
     for _ in range(structured):
         path, method = rng.choice(every)
-        request_type = type(valid[method.name])
+        start = valid.get(method.name) or message_factory.GetMessageClass(method.input_type)()
+        request_type = type(start)
         if rng.random() < 0.5:
             request = request_type()
-            request.CopyFrom(valid[method.name])
+            request.CopyFrom(start)
             generator.fill(request, depth=4, every_field=False)
         else:
             request = request_type()
@@ -297,7 +303,9 @@ def requests(seed: int, structured: int, mutated: int) -> Iterator[tuple[str, by
         yield path, request.SerializeToString(), repr(request)[:2000]
     for _ in range(mutated):
         path, method = rng.choice(every)
-        data = bytearray(valid[method.name].SerializeToString())
+        data = bytearray(
+            (valid.get(method.name) or message_factory.GetMessageClass(method.input_type)()).SerializeToString()
+        )
         for _ in range(rng.randrange(1, 6)):
             operation = rng.random()
             position = rng.randrange(0, len(data) + 1)

@@ -334,3 +334,24 @@ def test_a_run_given_up_midway_leaves_no_stale_answer_for_the_next() -> None:
             await sandbox.close()
 
     assert asyncio.run(scenario()) == [False, True, False]
+
+
+def test_expressions_see_a_conversation_with_images_and_documents(client: Client, stores) -> None:
+    """Bytes in the conversation reach expressions as {"$bytes": base64}, as in the messages' JSON."""
+    conversation = [
+        {
+            "role": "user",
+            "content": [
+                {"image": {"format": "png", "source": {"bytes": b"\x89PNG\r\n"}}},
+                {"document": {"format": "txt", "name": "notes", "source": {"bytes": b"plain"}}},
+                {"text": "Which theme do I like?"},
+            ],
+        }
+    ]
+    result = client.inject(
+        conversation,
+        stores=stores,
+        query_vector=TOWARD_PREFS,
+        trigger_expression="messages[0].content[0].image.source.bytes['$bytes'] == 'iVBORw0K'",
+    )
+    assert result.injected, result.report.detail

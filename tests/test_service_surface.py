@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from contextfold import Client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -47,3 +48,22 @@ def test_the_embedded_database_survives_a_restart_and_migrations_rerun_cleanly(t
             assert result.report.entries[0].id == "k1"
     finally:
         assert second.stop() == 0, second.log()
+
+
+def test_health_and_reflection_refuse_what_does_not_decode_as_invalid_argument(server) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        for method in ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"):
+            with pytest.raises(grpc.RpcError) as raised:
+                if method.endswith("Check"):
+                    channel.unary_unary(method)(b"\xff\xff\xff\x01not a message", timeout=10)
+                else:
+                    list(channel.unary_stream(method)(b"\xff\xff\xff\x01not a message", timeout=10))
+            assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+            assert "Error" not in raised.value.details().split(":")[0], "no Python class name"
+        reflection = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+        with pytest.raises(grpc.RpcError) as raised:
+            list(reflection(iter([b"\xff\xff\xff\x01"]), timeout=10))
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # And what does decode is served as before.
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING

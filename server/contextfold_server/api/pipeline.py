@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -76,8 +76,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         method = details.method
-        if handler is None or handler.unary_unary is None or not method.startswith("/contextfold."):
+        if handler is None:
             return handler
+        if handler.unary_unary is None or not method.startswith("/contextfold."):
+            # Health and reflection: decoded here too, so a request that does not parse is the
+            # caller's INVALID_ARGUMENT, not gRPC's UNKNOWN naming a Python exception.
+            return _decoding_requests(handler)
         behavior: Behavior = handler.unary_unary
         codec = _Codec(handler.request_deserializer, handler.response_serializer, _SHAPE_CHECKS.get(method))
 
@@ -210,6 +214,54 @@ class _Codec:
 
     def encode(self, response: Any) -> bytes:
         return self._encode(response)
+
+
+def _decoding_requests(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """`handler` taking bytes and decoding them itself: an undecodable request is INVALID_ARGUMENT."""
+    decode = handler.request_deserializer
+    if decode is None:
+        return handler
+
+    async def decoded(data: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return decode(data)
+        except DecodeError as error:
+            await abort_with(context, malformed(error))
+
+    async def each_decoded(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async for data in requests:
+            yield await decoded(data, context)
+
+    serialize = handler.response_serializer
+    if handler.unary_unary is not None:
+        unary_unary = handler.unary_unary
+
+        async def unary(data: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await unary_unary(await decoded(data, context), context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serialize)
+    if handler.unary_stream is not None:
+        unary_stream = handler.unary_stream
+
+        async def unary_to_stream(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for response in unary_stream(await decoded(data, context), context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(unary_to_stream, response_serializer=serialize)
+    if handler.stream_unary is not None:
+        stream_unary = handler.stream_unary
+
+        async def stream_to_unary(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
+            return await stream_unary(each_decoded(requests, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(stream_to_unary, response_serializer=serialize)
+    stream_stream = handler.stream_stream
+
+    async def streams(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async for response in stream_stream(each_decoded(requests, context), context):
+            yield response
+
+    return grpc.stream_stream_rpc_method_handler(streams, response_serializer=serialize)
 
 
 # Methods whose large requests are read shallowly before they are parsed.

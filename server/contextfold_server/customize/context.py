@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from contextfold.convert import from_proto_messages
+from contextfold.convert import dumps, from_proto_messages
 from contextfold.v1 import injection_pb2
 from google.protobuf import json_format
 
@@ -51,7 +51,8 @@ class RequestCustomizer:
             index = latest_index(turns, role)
             return text_of(turns[index]) if index >= 0 else ""
 
-        return json.dumps(
+        # Image and document bytes travel as {"$bytes": "<base64>"}, as everywhere in the messages' JSON.
+        return dumps(
             {
                 "messages": from_proto_messages(self._request.messages),
                 "app_state": json_format.MessageToDict(self._request.app_state),
