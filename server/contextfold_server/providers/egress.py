@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import ipaddress
+import posixpath
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -73,7 +74,8 @@ def parse_target(target: str) -> Endpoint:
         path = "/" + path.lstrip("/") if path.startswith("//") else path
         if not path.startswith("/"):
             raise EgressDenied("a Unix socket target needs an absolute path")
-        return Endpoint(path=str(PurePosixPath(path)))
+        # `..` resolved here, as the kernel would: a path may not climb out of an allowed directory.
+        return Endpoint(path=posixpath.normpath(path))
     rest = target
     for scheme in ("ipv4:", "ipv6:", "dns:"):
         if target.startswith(scheme):
@@ -167,7 +169,11 @@ class EgressPolicy:
         for address in addresses:
             self._check_address(address, endpoint)
         if not host_allowed:
-            outside = [address for address in addresses if not any(address in net for net in self.allowed_networks)]
+            outside = [
+                address
+                for address in addresses
+                if not any((_embedded_ipv4(address) or address) in net for net in self.allowed_networks)
+            ]
             if outside:
                 raise EgressDenied(f"{endpoint.host} ({outside[0]}) is not on the allow-list (--provider-targets)")
         v4 = [address for address in addresses if address.version == 4]
@@ -182,6 +188,7 @@ class EgressPolicy:
             raise EgressDenied(f"unix:{path} is not on the allow-list (--provider-targets)")
 
     def _check_address(self, address: Address, endpoint: Endpoint) -> None:
+        address = _embedded_ipv4(address) or address
         if address.is_multicast or any(address in network for network in _ALWAYS_DENIED_NETWORKS):
             raise EgressDenied(f"{endpoint.host} ({address}) is a link-local, metadata or unspecified address")
         if endpoint.port in self.own_ports and _is_this_machine(address):
@@ -224,6 +231,24 @@ async def _resolve(host: str, port: int) -> list[Address]:
         if address not in addresses:
             addresses.append(address)
     return addresses
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for (mapped, 6to4, or the well-known NAT64 prefix), so
+    `[::ffff:169.254.169.254]` is judged as the metadata address it reaches."""
+    if address.version == 4:
+        return None
+    assert isinstance(address, ipaddress.IPv6Address)
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
 
 
 def _literal(host: str) -> Address | None:
