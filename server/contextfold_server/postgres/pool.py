@@ -2,8 +2,8 @@
 
 Every connection is handed out for one namespace, in one transaction that names
 it (`contextfold.namespace`, set for that transaction only), which row-level
-security checks on every row read or written. Queries name the namespace too; the policies are the second line,
-holding even where a query forgot. When the login role would bypass the policies
+security checks on every row read or written. Queries name the namespace too;
+the policies are the second line, holding even where a query forgot. When the login role would bypass the policies
 (a superuser, as with the embedded Postgres), connections act as the
 unprivileged service role.
 """
@@ -85,8 +85,7 @@ class Database:
                 conn = cast(Connection, pooled)
                 conn.row_factory = dict_row
                 async with conn.pipeline() as pipeline:
-                    await conn.execute("BEGIN")
-                    await conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, namespace))
+                    await _begin(conn, namespace)
                     cursor = await conn.execute(query, params)
                     await conn.execute("COMMIT")
                     await pipeline.sync()
@@ -137,8 +136,7 @@ class NamespaceConnection:
             # Pipelined: the BEGIN and the namespace go out with the block's first statement, in one round trip.
             self._pipeline = conn.pipeline()
             await self._pipeline.__aenter__()
-            await conn.execute("BEGIN")
-            await conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, self._namespace))
+            await _begin(conn, self._namespace)
         except (psycopg.Error, TimeoutError) as error:
             if self._conn is not None:
                 await self._context.__aexit__(type(error), error, error.__traceback__)
@@ -168,3 +166,9 @@ class NamespaceConnection:
         if exc is None and ending is not None:
             # The block went well and its commit did not: the caller must hear of it.
             raise ending
+
+
+async def _begin(conn: Connection, namespace: str) -> None:
+    """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends."""
+    await conn.execute("BEGIN")
+    await conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, namespace))
