@@ -37,6 +37,8 @@ def confined(scope: Scope, field: str) -> Scope:
     return Scope(user_id=values["user_id"], agent_id=values["agent_id"], session_id=scope.session_id)
 
 
-def bound_to_a_scope() -> bool:
+def key_scope() -> Scope:
+    """The scope the caller's key is bound to (empty for a key bound to none): what a call naming no
+    scope, such as a get or a delete by id, is confined to."""
     caller = CALLER.get()
-    return bool(caller.user_id or caller.agent_id)
+    return Scope(user_id=caller.user_id, agent_id=caller.agent_id)

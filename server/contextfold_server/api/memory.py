@@ -11,8 +11,8 @@ from ..embedding import Embedder
 from ..engine.memory import SearchQuery
 from ..errors import InvalidArgument, NotFound, PermissionDenied
 from ..memory.search import MemorySearcher
-from ..memory.store import NewMemory, PostgresMemoryStore, Scope
-from .caller import bound_to_a_scope, caller_namespace, confined
+from ..memory.store import NewMemory, PostgresMemoryStore
+from .caller import caller_namespace, confined, key_scope
 from .checks import (
     MAX_BATCH,
     check_count,
@@ -57,20 +57,16 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.ListStoresResponse:
         limit = page_size(request.page_size)
         after = self._page_tokens.decode(request.page_token, lambda after: isinstance(after, str)) or ""
-        records = await self._store.list_stores(caller_namespace(context), after, limit + 1, confined(Scope(), "scope"))
-        stores = [store_to_proto(r) for r in records[:limit]]
-        kept = fitting(stores)
-        response = memory_pb2.ListStoresResponse(stores=stores[:kept])
-        if len(records) > kept:
-            response.next_page_token = self._page_tokens.encode(records[kept - 1].name)
-        return response
+        records = await self._store.list_stores(caller_namespace(context), after, limit + 1, key_scope())
+        stores, token = self._page_tokens.page(records, limit, store_to_proto, lambda record: record.name)
+        return memory_pb2.ListStoresResponse(stores=stores, next_page_token=token)
 
     @reports_errors
     async def DeleteStore(
         self, request: memory_pb2.DeleteStoreRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.DeleteStoreResponse:
         check_store_name(request.name, "name")
-        if bound_to_a_scope():
+        if key_scope().fields():
             # A store holds every user's entries: a key confined to one scope may not remove them all.
             raise PermissionDenied("SCOPE_BOUND_KEY", "DeleteStore: this key is bound to a scope")
         deleted = await self._store.delete_store(caller_namespace(context), request.name, request.force)
@@ -142,7 +138,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.GetMemoryResponse:
         check_memory_id(request.id, "id")
-        record = await self._store.get_memory(caller_namespace(context), request.id, confined(Scope(), "scope"))
+        record = await self._store.get_memory(caller_namespace(context), request.id, key_scope())
         return memory_pb2.GetMemoryResponse(memory=memory_to_proto(record))
 
     @reports_errors
@@ -157,12 +153,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         records = await self._store.list_memories(
             caller_namespace(context), request.store, scope, int(after), limit + 1
         )
-        memories = [memory_to_proto(r) for r in records[:limit]]
-        kept = fitting(memories)
-        response = memory_pb2.ListMemoriesResponse(memories=memories[:kept])
-        if len(records) > kept:
-            response.next_page_token = self._page_tokens.encode(records[kept - 1].seq, *key)
-        return response
+        memories, token = self._page_tokens.page(records, limit, memory_to_proto, lambda record: record.seq, *key)
+        return memory_pb2.ListMemoriesResponse(memories=memories, next_page_token=token)
 
     @reports_errors
     async def DeleteMemories(
@@ -177,6 +169,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             caller_namespace(context),
             list(dict.fromkeys(request.ids)),
             request.allow_missing,
-            confined(Scope(), "scope"),
+            key_scope(),
         )
         return memory_pb2.DeleteMemoriesResponse(deleted_count=deleted)

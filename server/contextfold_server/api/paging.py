@@ -14,13 +14,16 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
 from ..access.sealing import Sealer
 from ..errors import InvalidArgument
 from .caller import CALLER
+
+Record = TypeVar("Record")
+Item = TypeVar("Item", bound=Message)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -59,6 +62,21 @@ class PageTokens:
         key = _request_key(CALLER.get().namespace, *request_parts)
         payload = json.dumps({"after": after, "key": key}, separators=(",", ":")).encode()
         return _b64(self._sealer.seal(payload))
+
+    def page(
+        self,
+        records: Sequence[Record],
+        limit: int,
+        to_proto: Callable[[Record], Item],
+        position: Callable[[Record], Any],
+        *request_parts: str,
+    ) -> tuple[list[Item], str]:
+        """A page of `records` (fetched one past `limit`, to tell whether more follow): the items that
+        fit (`fitting`), and the token for the page after them, empty on the last page."""
+        items = [to_proto(record) for record in records[:limit]]
+        kept = fitting(items)
+        token = self.encode(position(records[kept - 1]), *request_parts) if len(records) > kept else ""
+        return items[:kept], token
 
     def decode(self, token: str, is_position: Callable[[Any], bool], *request_parts: str) -> Any:
         """The position a page ended on, or None for the first page. `is_position` checks its shape."""

@@ -15,7 +15,7 @@ from ..providers.registry import ProviderDirectory, ProviderRepository
 from .caller import caller_namespace
 from .checks import check_compiles, check_provider_name
 from .convert import PROVIDER_FIELDS, RESERVED_SOURCES, provider_fields_from_proto, provider_to_proto
-from .paging import PageTokens, fitting, page_size
+from .paging import PageTokens, page_size
 from .status import reports_errors
 
 
@@ -85,13 +85,10 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             request.page_token, lambda after: isinstance(after, list) and [type(v) for v in after] == [int, int]
         )
         records = await self._repository.page(caller_namespace(context), tuple(after) if after else None, limit + 1)
-        providers = [provider_to_proto(r) for r in records[:limit]]
-        kept = fitting(providers)
-        response = provider_pb2.ListProvidersResponse(providers=providers[:kept])
-        if len(records) > kept:
-            last = records[kept - 1]
-            response.next_page_token = self._page_tokens.encode([last.priority, last.seq])
-        return response
+        providers, token = self._page_tokens.page(
+            records, limit, provider_to_proto, lambda record: [record.priority, record.seq]
+        )
+        return provider_pb2.ListProvidersResponse(providers=providers, next_page_token=token)
 
     @reports_errors
     async def UpdateProvider(
