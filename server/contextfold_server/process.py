@@ -184,8 +184,12 @@ async def _start(
     # keys derived from it.
     secret = await service_secret(shared.owner_url, "page_tokens")
     providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
-    policy = EgressPolicy.from_option(
-        config.provider_targets, (shared.port, config.admin_port, metrics_port), {shared.database_url, shared.owner_url}
+    # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.
+    policy = await asyncio.to_thread(
+        EgressPolicy.from_option,
+        config.provider_targets,
+        (shared.port, config.admin_port, metrics_port),
+        {shared.database_url, shared.owner_url},
     )
     channels = ProviderChannels(policy)
     running.push_async_callback(channels.close)

@@ -33,7 +33,7 @@ class MemorySearcher:
         Named stores must exist and match the query's dimension; with no stores
         named, every store of the query's dimension is searched.
         """
-        results, durations, unsearchable = await self._search(namespace, scope, query)
+        found, durations, unsearchable = await self._search(namespace, scope, query)
         if unsearchable:
             name, dimension = unsearchable[0]
             if dimension is None:
@@ -41,8 +41,8 @@ class MemorySearcher:
             # A caller's vector of the wrong length is the caller's field at fault;
             # the server's own embedding of the wrong length means the store does not fit.
             field = vector_field if query.vector else "stores"
-            raise InvalidArgument.of(field, _dimensions_differ(len(results.vector), name, dimension))
-        return results.records, durations
+            raise InvalidArgument.of(field, _dimensions_differ(len(found.vector), name, dimension))
+        return found.records, durations
 
     async def _search(
         self, namespace: str, scope: Scope, query: SearchQuery

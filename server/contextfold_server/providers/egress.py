@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -100,6 +101,8 @@ class EgressPolicy:
     allowed_paths: tuple[str, ...] = ()
     # Endpoints of the service itself: its ports on this machine, its database's address and socket.
     own_ports: frozenset[int] = frozenset()
+    # This machine's own addresses besides loopback (its host name's), where its ports are too.
+    own_addresses: frozenset[Address] = frozenset()
     # The database's addresses (None: this machine) and port.
     database: tuple[tuple[Address | None, int], ...] = ()
     database_socket_dirs: tuple[str, ...] = ()
@@ -117,7 +120,8 @@ class EgressPolicy:
         resolve: Resolve | None = None,
         resolved_for: float = RESOLVED_FOR_SECONDS,
     ) -> EgressPolicy:
-        """The policy for `--provider-targets` (`allowed`), the service's ports and its database (its URLs)."""
+        """The policy for `--provider-targets` (`allowed`), the service's ports and its database (its URLs).
+        It resolves this machine's name and the databases' (blocking): build it at start-up, off the loop."""
         hosts: list[str] = []
         networks: list[Network] = []
         paths: list[str] = []
@@ -142,6 +146,7 @@ class EgressPolicy:
             tuple(networks),
             tuple(paths),
             frozenset(port for port in own_ports if port > 0),
+            frozenset(_resolve_now(socket.gethostname())),
             tuple(database),
             tuple(socket_dirs),
             resolve,
@@ -191,11 +196,15 @@ class EgressPolicy:
         address = _embedded_ipv4(address) or address
         if address.is_multicast or any(address in network for network in _ALWAYS_DENIED_NETWORKS):
             raise EgressDenied(f"{endpoint.host} ({address}) is a link-local, metadata or unspecified address")
-        if endpoint.port in self.own_ports and _is_this_machine(address):
+        if endpoint.port in self.own_ports and self._is_this_machine(address):
             raise EgressDenied(f"{endpoint.host}:{endpoint.port} is the service itself")
         for database, port in self.database:
-            if port == endpoint.port and (address == database or (database is None and _is_this_machine(address))):
+            if port == endpoint.port and (address == database or (database is None and self._is_this_machine(address))):
                 raise EgressDenied(f"{endpoint.host}:{endpoint.port} is the service's database")
+
+    def _is_this_machine(self, address: Address) -> bool:
+        """Loopback, unspecified, or one of this machine's own addresses."""
+        return address.is_loopback or address.is_unspecified or address in self.own_addresses
 
     def _host_allowed(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host, pattern) for pattern in self.allowed_hosts)
@@ -225,12 +234,7 @@ async def _resolve(host: str, port: int) -> list[Address]:
     """The addresses `host` resolves to (the system's resolver, on a thread), within two seconds."""
     async with asyncio.timeout(2.0):
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses: list[Address] = []
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if address not in addresses:
-            addresses.append(address)
-    return addresses
+    return list(dict.fromkeys(_address_of(info) for info in infos))
 
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -258,24 +262,17 @@ def _literal(host: str) -> Address | None:
         return None
 
 
-def _is_this_machine(address: Address) -> bool:
-    """Loopback, unspecified, or one of this machine's own addresses."""
-    if address.is_loopback or address.is_unspecified:
-        return True
-    return address in _own_addresses()
+def _address_of(info: tuple[Any, ...]) -> Address:
+    """The address of one `getaddrinfo` answer (an IPv6 one without its zone)."""
+    return ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
 
 
-_OWN_ADDRESSES: list[Address] = []
-
-
-def _own_addresses() -> list[Address]:
-    if not _OWN_ADDRESSES:
-        try:
-            infos = socket.getaddrinfo(socket.gethostname(), None)
-        except OSError:
-            infos = []
-        _OWN_ADDRESSES.extend(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos)
-    return _OWN_ADDRESSES
+def _resolve_now(host: str, port: int | None = None) -> list[Address]:
+    """What `host` resolves to, blocking (at start-up only); nothing when it does not resolve."""
+    try:
+        return [_address_of(info) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    except OSError:
+        return []
 
 
 def _database_endpoints(url: str) -> tuple[tuple[tuple[Address | None, int], ...], tuple[str, ...]]:
@@ -297,9 +294,5 @@ def _database_endpoints(url: str) -> tuple[tuple[tuple[Address | None, int], ...
         if literal is not None:
             endpoints.append((literal, port))
             continue
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError:
-            continue
-        endpoints.extend((ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]), port) for info in infos)
+        endpoints.extend((address, port) for address in _resolve_now(host, port))
     return tuple(endpoints), tuple(dirs)

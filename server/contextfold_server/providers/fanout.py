@@ -100,9 +100,10 @@ class ProviderChannels:
 def _channel(route: Route, dial: str) -> grpc.aio.Channel:
     """A channel to the checked `dial` target; its calls still name (and TLS verifies) the host they are for."""
     options: list[tuple[str, int | str]] = list(_CHANNEL_OPTIONS)
-    host = "" if dial.startswith("unix:") else parse_target(route.target).host
+    endpoint = parse_target(route.target)
+    host = endpoint.host
     if host:
-        options.append(("grpc.default_authority", parse_target(route.target).authority))
+        options.append(("grpc.default_authority", endpoint.authority))
     if route.tls is None:
         return grpc.aio.insecure_channel(dial, options=options)
     name = route.tls.server_name or host
