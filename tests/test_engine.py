@@ -6,13 +6,14 @@ import asyncio
 
 import pytest
 from contextfold_server.engine.conversation import InjectedRef, Role, Turn, injected_entry_ids, is_user_turn
-from contextfold_server.engine.entries import RetrievedEntry, rank_across_stores
+from contextfold_server.engine.entries import RetrievedEntry
 from contextfold_server.engine.fold import fold_target, separated, shows_text
 from contextfold_server.engine.format import escape_xml_attr, escape_xml_text, format_memory_block
 from contextfold_server.engine.gate import Gate, Skipped, SkipReason, admit
 from contextfold_server.engine.injection import InjectionRequest, ProviderSpec, inject
 from contextfold_server.engine.memory import MemoryRequest, SearchQuery, SearchResult
 from contextfold_server.engine.query import adaptive_query
+from contextfold_server.engine.ranking import by_similarity
 from contextfold_server.engine.trigger import Trigger, should_inject
 from contextfold_server.tokens import count_tokens
 
@@ -70,7 +71,7 @@ def test_ranking_is_by_score_across_stores_stable_on_ties() -> None:
         RetrievedEntry("b", "s2", "", 0.9),
         RetrievedEntry("c", "s1", "", 0.9),
     ]
-    assert [e.id for e in rank_across_stores(entries, 2)] == ["b", "c"]
+    assert [e.id for e in by_similarity(entries, 2)] == ["b", "c"]
 
 
 def test_only_the_source_own_blocks_count_as_already_injected() -> None:

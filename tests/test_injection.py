@@ -15,7 +15,9 @@ def test_results_are_ranked_across_stores_by_similarity_not_store_order(client: 
     client.add_memories(first, ["The office plants are watered on Mondays", "Quarterly reports are due in March"])
     client.add_memories(second, ["User's favourite programming language is Rust"])
 
-    result = client.inject([user("Which programming language do I like best?")], stores=[first, second])
+    result = client.inject(
+        [user("Which programming language do I like best?")], stores=[first, second], ranking="similarity"
+    )
 
     stores = [entry.store for entry in result.report.entries]
     assert stores[0] == second, "the best match leads even though its store was named second"

@@ -1,6 +1,6 @@
 """The server's configuration: command-line options, each with an environment variable of its own.
 
-`contextfold serve --help` lists them. Secrets (the embedding endpoint's key) come
+`contextfold serve --help` lists them. Secrets (the embedding endpoint's key, the reranker's) come
 from the environment only: an option would show in `ps`.
 """
 
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .engine.ranking import DEFAULT_RANKING, Ranking
+from .memory.reranker import RERANKER_APIS
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
 from .providers.egress import DEFAULT_ALLOWED
@@ -54,6 +56,13 @@ class Config:
     workers: int
     model_dir: Path
     embedding_threads: int
+    # The ranking of requests that name none (engine/ranking.py), and the remote reranker, if any.
+    ranking: str
+    reranker_url: str
+    reranker_api: str
+    reranker_model: str
+    reranker_timeout: float
+    reranker_api_key: str
 
 
 class _Options:
@@ -110,6 +119,31 @@ def parse_config(argv: list[str] | None = None) -> Config:
     )
     option("--openai-base-url", default="https://api.openai.com/v1")
     option("--openai-model", default="text-embedding-3-small")
+    option(
+        "--ranking",
+        default=DEFAULT_RANKING.value,
+        choices=[ranking.value for ranking in Ranking],
+        help="how results are ranked when a request does not say (the README compares the strategies)",
+    )
+    option(
+        "--reranker-url",
+        default="",
+        help="a remote reranker's endpoint (e.g. http://tei:8080/rerank), for RANKING_RERANK; its key comes"
+        " from CONTEXTFOLD_RERANKER_API_KEY",
+    )
+    option(
+        "--reranker-api",
+        default="tei",
+        choices=list(RERANKER_APIS),
+        help="the reranker's shape: tei (Text Embeddings Inference) or cohere (Cohere, Jina, vLLM)",
+    )
+    option("--reranker-model", default="", help="the model the reranker is asked for (cohere shape)")
+    option(
+        "--reranker-timeout-ms",
+        int,
+        300,
+        help="the longest a search waits for the reranker before keeping the store-aware order",
+    )
     option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
     option("--sandbox-workers", int, 2, help="processes that run callers' expressions and templates")
     option(
@@ -160,6 +194,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         parser.error("--tls-cert-file and --tls-key-file go together")
+    if args.ranking == Ranking.RERANK.value and not args.reranker_url:
+        parser.error("--ranking rerank needs --reranker-url")
     if args.tls_client_ca_file is not None and args.tls_cert_file is None:
         parser.error("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
     return Config(
@@ -194,6 +230,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
         workers=max(1, args.workers),
         model_dir=args.model_dir,
         embedding_threads=args.embedding_threads or min(available_cores(), 4),
+        ranking=args.ranking,
+        reranker_url=args.reranker_url,
+        reranker_api=args.reranker_api,
+        reranker_model=args.reranker_model,
+        reranker_timeout=max(1, args.reranker_timeout_ms) / 1000,
+        reranker_api_key=os.environ.get("CONTEXTFOLD_RERANKER_API_KEY", ""),
     )
 
 

@@ -44,6 +44,8 @@ from .api.readiness import Readiness
 from .config import Config
 from .customize.sandbox import Sandbox
 from .embedding.batching import BatchingEmbedder
+from .engine.ranking import Ranking
+from .memory.reranker import Reranker
 from .memory.search import MemorySearcher
 from .memory.store import SEARCH_SETTINGS, PostgresMemoryStore
 from .observe.logs import configure_logging
@@ -201,7 +203,20 @@ async def _start(
     await sandbox.start()
     embedder = await embedder_loading
     metrics.watch_embedder(embedder.counts)
-    searcher = MemorySearcher(store, embedder)
+    reranker = (
+        Reranker(
+            config.reranker_url,
+            config.reranker_api,
+            config.reranker_model,
+            config.reranker_api_key,
+            config.reranker_timeout,
+        )
+        if config.reranker_url
+        else None
+    )
+    if reranker is not None:
+        running.push_async_callback(reranker.close)
+    searcher = MemorySearcher(store, embedder, reranker, Ranking(config.ranking))
     page_tokens = PageTokens(secret)
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
     pending["MemoryService"].target = MemoryServicer(store, embedder, searcher, page_tokens)

@@ -18,6 +18,12 @@ _FORMATS = {
     "bullets": injection_pb2.FORMAT_BULLETS,
     "markdown": injection_pb2.FORMAT_MARKDOWN,
 }
+_RANKINGS: dict[str, memory_pb2.Ranking] = {
+    "similarity": memory_pb2.RANKING_SIMILARITY,
+    "store_aware": memory_pb2.RANKING_STORE_AWARE,
+    "hybrid": memory_pb2.RANKING_HYBRID,
+    "rerank": memory_pb2.RANKING_RERANK,
+}
 _TRIGGERS: dict[str, injection_pb2.Trigger] = {
     "user_turn": injection_pb2.TRIGGER_USER_TURN,
     "every_turn": injection_pb2.TRIGGER_EVERY_TURN,
@@ -36,6 +42,15 @@ def struct(value: Mapping[str, Any] | None) -> struct_pb2.Struct | None:
     converted = struct_pb2.Struct()
     converted.update(value)
     return converted
+
+
+def ranking_value(name: str | None) -> memory_pb2.Ranking:
+    """A ranking by name (`similarity`, `store_aware`, `hybrid`, `rerank`); None is the server's default."""
+    if name is None:
+        return memory_pb2.RANKING_UNSPECIFIED
+    if name not in _RANKINGS:
+        raise ValueError(f"unknown ranking {name!r}: expected one of {', '.join(_RANKINGS)}")
+    return _RANKINGS[name]
 
 
 def trigger_value(name: str) -> injection_pb2.Trigger:
@@ -60,6 +75,7 @@ def inject(
     query_expression: str = "",
     format: str | None = None,
     format_template: str = "",
+    ranking: str | None = None,
     providers: Sequence[str] = (),
     max_tokens: int = 0,
     coalesce: bool = False,
@@ -78,6 +94,7 @@ def inject(
         query_expression=query_expression,
         format=_FORMATS[format] if format else injection_pb2.FORMAT_UNSPECIFIED,
         format_template=format_template,
+        ranking=ranking_value(ranking),
     )
     if max_entries is not None:
         options.max_entries = max_entries
@@ -115,6 +132,7 @@ def search(
     scope_: ScopeLike = None,
     min_score: float | None = None,
     query_vector: Sequence[float] = (),
+    ranking: str | None = None,
 ) -> memory_pb2.SearchMemoriesRequest:
     request = memory_pb2.SearchMemoriesRequest(
         query=query,
@@ -122,6 +140,7 @@ def search(
         stores=list(stores),
         max_results=max_results,
         scope=scope(scope_),
+        ranking=ranking_value(ranking),
     )
     if min_score is not None:
         request.min_score = min_score

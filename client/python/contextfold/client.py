@@ -243,7 +243,8 @@ class Client:
         """Fold memory and provider context into `messages`.
 
         Options: trigger ("user_turn" or "every_turn"); memory's stores, max_entries, query,
-        query_vector, scope, min_score, memory_priority, memory_max_tokens; providers (names),
+        query_vector, scope, min_score, memory_priority, memory_max_tokens, ranking ("similarity",
+        "store_aware", "hybrid", "rerank"; the server's default when not given); providers (names),
         max_tokens (for all), coalesce; app_state, agent.
         """
         return self._run(_calls.inject(messages, **options), timeout)
@@ -263,7 +264,8 @@ class Client:
     def search_memories(
         self, query: str = "", *, scope: ScopeLike = None, **options: Any
     ) -> list[memory_pb2.ScoredMemory]:
-        """Options: stores, max_results, min_score, query_vector."""
+        """Options: stores, max_results, min_score, query_vector, ranking ("similarity", "store_aware",
+        "hybrid", "rerank"; the server's default when not given)."""
         return self._run(_calls.search_memories(query, scope, **options))
 
     def get_memory(self, memory_id: str) -> memory_pb2.Memory:

@@ -24,7 +24,7 @@ import {
   type InjectionReport,
   type InjectResponse,
 } from "./gen/contextfold/v1/injection_pb.js";
-import { MemoryService } from "./gen/contextfold/v1/memory_pb.js";
+import { MemoryService, Ranking } from "./gen/contextfold/v1/memory_pb.js";
 import { ProviderService } from "./gen/contextfold/v1/provider_pb.js";
 
 export const DEFAULT_ADDRESS = "localhost:50051";
@@ -83,6 +83,11 @@ export interface InjectOptions {
   format?: "xml" | "bullets" | "markdown";
   /** A Jinja template rendering memory's block instead of `format`. */
   formatTemplate?: string;
+  /**
+   * How entries are ranked: `"storeAware"` (the server's default unless its operator chose
+   * another), `"similarity"`, `"hybrid"` or `"rerank"` (the server's reranker).
+   */
+  ranking?: "similarity" | "storeAware" | "hybrid" | "rerank";
   /** Memory's place among the sources (higher first) and its own token budget. */
   memoryPriority?: number;
   memoryMaxTokens?: number;
@@ -108,6 +113,12 @@ export interface InjectResult {
 
 const TRIGGERS = { userTurn: Trigger.USER_TURN, everyTurn: Trigger.EVERY_TURN } as const;
 const FORMATS = { xml: Format.XML, bullets: Format.BULLETS, markdown: Format.MARKDOWN } as const;
+const RANKINGS = {
+  similarity: Ranking.SIMILARITY,
+  storeAware: Ranking.STORE_AWARE,
+  hybrid: Ranking.HYBRID,
+  rerank: Ranking.RERANK,
+} as const;
 
 function choice<T>(table: Record<string, T>, name: string, value: string | undefined, unset: T): T {
   if (value === undefined) return unset;
@@ -136,6 +147,7 @@ export function injectRequest(messages: readonly MessageData[], options: InjectO
       queryExpression: options.queryExpression ?? "",
       format: choice(FORMATS, "format", options.format, Format.UNSPECIFIED),
       formatTemplate: options.formatTemplate ?? "",
+      ranking: choice(RANKINGS, "ranking", options.ranking, Ranking.UNSPECIFIED),
     },
     providers: options.providers ?? [],
     maxTokens: options.maxTokens ?? 0,

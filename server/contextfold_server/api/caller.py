@@ -3,11 +3,13 @@ the scope a key bound to one confines the call to."""
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 
 import grpc
 
 from ..access.keys import OPEN_CALLER, Caller
+from ..engine.injection import answer_budget
 from ..errors import PermissionDenied
 from ..memory.store import Scope
 
@@ -42,3 +44,10 @@ def key_scope() -> Scope:
     scope, such as a get or a delete by id, is confined to."""
     caller = CALLER.get()
     return Scope(user_id=caller.user_id, agent_id=caller.agent_id)
+
+
+def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
+    """When the call's own work must be done, on the event loop's clock: its deadline less the
+    reserve answering takes (`answer_budget`); None when the caller set no deadline."""
+    budget = answer_budget(context.time_remaining())
+    return None if budget is None else asyncio.get_running_loop().time() + budget

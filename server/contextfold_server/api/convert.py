@@ -18,6 +18,7 @@ from ..engine.format import MemoryFormat
 from ..engine.gate import SkipReason
 from ..engine.injection import InjectionOutcome
 from ..engine.memory import DEFAULT_MAX_ENTRIES, MEMORY_SOURCE, MemoryRequest
+from ..engine.ranking import Ranking
 from ..engine.region import COALESCED_SOURCE, PlannedBlock
 from ..engine.trigger import Trigger
 from ..errors import FieldViolation, InvalidArgument
@@ -161,6 +162,7 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         query_expression=options.query_expression,
         format=memory_format,
         format_template=options.format_template,
+        ranking=ranking_from_proto(options.ranking, "memory.ranking"),
     )
 
 
@@ -195,6 +197,7 @@ def report_to_proto(outcome: InjectionOutcome, reveal: bool = False) -> injectio
         target_message_index=outcome.target_index if outcome.blocks else -1,
         entries=[injection_pb2.InjectedEntry(id=e.id, store=e.store, score=e.score) for e in memory.entries],
         total_tokens=outcome.total_tokens,
+        ranking=ranking_to_proto(memory.ranking),
     )
     for stage, seconds in outcome.durations.items():
         report.stage_durations[stage].FromNanoseconds(int(seconds * 1e9))
@@ -212,6 +215,28 @@ def report_to_proto(outcome: InjectionOutcome, reveal: bool = False) -> injectio
 
 
 # Memory
+
+_RANKINGS = {
+    memory_pb2.RANKING_SIMILARITY: Ranking.SIMILARITY,
+    memory_pb2.RANKING_STORE_AWARE: Ranking.STORE_AWARE,
+    memory_pb2.RANKING_HYBRID: Ranking.HYBRID,
+    memory_pb2.RANKING_RERANK: Ranking.RERANK,
+}
+_RANKINGS_TO_PROTO = {ranking: value for value, ranking in _RANKINGS.items()}
+
+
+def ranking_from_proto(value: int, field: str) -> Ranking | None:
+    """The ranking asked for; None (the server's default) for RANKING_UNSPECIFIED."""
+    if value == memory_pb2.RANKING_UNSPECIFIED:
+        return None
+    ranking = _RANKINGS.get(value)
+    if ranking is None:
+        raise InvalidArgument.of(field, f"unknown ranking value {value}")
+    return ranking
+
+
+def ranking_to_proto(ranking: Ranking | None) -> memory_pb2.Ranking.ValueType:
+    return memory_pb2.RANKING_UNSPECIFIED if ranking is None else _RANKINGS_TO_PROTO[ranking]
 
 
 def scope_from_proto(scope: memory_pb2.Scope | memory_pb2.Memory, field: str) -> Scope:

@@ -55,6 +55,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         turns = turns_from_messages(request.messages)
         check_inject_context(request)
         memory = memory_request_from_proto(request)
+        self._searcher.check_ranking(memory.ranking, "memory.ranking")
         await check_compiles(
             self._sandbox,
             [
@@ -101,7 +102,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
                 coalesce=request.coalesce,
                 time_left=context.time_remaining(),
             ),
-            self._searcher.port(namespace, scope),
+            self._searcher.port(namespace, scope, deadline),
             provide,
             count_tokens_off_the_loop,
             RequestCustomizer(self._sandbox, request, turns, namespace, deadline),

@@ -12,7 +12,7 @@ from ..engine.memory import SearchQuery
 from ..errors import InvalidArgument, NotFound, PermissionDenied
 from ..memory.search import MemorySearcher
 from ..memory.store import NewMemory, PostgresMemoryStore
-from .caller import caller_namespace, confined, key_scope
+from .caller import caller_namespace, confined, deadline_of, key_scope
 from .checks import (
     MAX_BATCH,
     check_count,
@@ -26,7 +26,14 @@ from .checks import (
     check_store_names,
     check_vector,
 )
-from .convert import memory_to_proto, new_memories_from_proto, scope_from_proto, store_to_proto
+from .convert import (
+    memory_to_proto,
+    new_memories_from_proto,
+    ranking_from_proto,
+    ranking_to_proto,
+    scope_from_proto,
+    store_to_proto,
+)
 from .paging import PageTokens, fitting, page_size
 from .status import reports_errors
 
@@ -118,6 +125,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         check_vector(request.query_vector, "query_vector")
         check_store_names(request.stores, "stores")
         check_max_results(request.max_results, "max_results")
+        ranking = ranking_from_proto(request.ranking, "ranking")
+        self._searcher.check_ranking(ranking, "ranking")
         query = SearchQuery(
             text=request.query,
             vector=tuple(request.query_vector),
@@ -125,13 +134,19 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             limit=request.max_results or 5,
             min_score=check_min_score(request, "min_score"),
             exclude_ids=frozenset(),
+            ranking=ranking,
         )
-        results, _ = await self._searcher.search(
-            caller_namespace(context), confined(scope_from_proto(request.scope, "scope"), "scope"), query
+        found = await self._searcher.search(
+            caller_namespace(context),
+            confined(scope_from_proto(request.scope, "scope"), "scope"),
+            query,
+            deadline=deadline_of(context),
         )
-        scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in results]
+        scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in found.records]
         # The best results that fit one response: no more than a page may hold.
-        return memory_pb2.SearchMemoriesResponse(results=scored[: fitting(scored)])
+        return memory_pb2.SearchMemoriesResponse(
+            results=scored[: fitting(scored)], ranking=ranking_to_proto(found.ranking)
+        )
 
     @reports_errors
     async def GetMemory(

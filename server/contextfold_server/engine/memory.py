@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .conversation import Turn, injected_entry_ids
-from .entries import RetrievedEntry, rank_across_stores
+from .entries import RetrievedEntry
 from .format import MemoryFormat
 from .gate import Customizer, Gate, Skipped, SkipReason
 from .outcome import SourceFailed, SourceOutcome
 from .query import adaptive_query
+from .ranking import Ranking
 from .trigger import Trigger
 
 MEMORY_SOURCE = "memory"
@@ -45,6 +46,8 @@ class MemoryRequest:
     query_expression: str = ""
     format: MemoryFormat = MemoryFormat.XML
     format_template: str = ""
+    # None: the server's default ranking.
+    ranking: Ranking | None = None
 
     @property
     def gate(self) -> Gate:
@@ -64,6 +67,8 @@ class SearchQuery:
     limit: int
     min_score: float | None
     exclude_ids: frozenset[str]
+    # None: the server's default.
+    ranking: Ranking | None = None
 
 
 @dataclass
@@ -73,10 +78,14 @@ class SearchResult:
     durations: dict[str, float] = field(default_factory=dict)
     # Stores named but not searched, each with why (it does not exist, its dimension differs).
     left_out: tuple[str, ...] = ()
+    # What else the report should say, e.g. that the reranker failed and why.
+    notes: tuple[str, ...] = ()
+    # The strategy that ranked `entries`.
+    ranking: Ranking | None = None
 
 
 class MemorySearch(Protocol):
-    """The port to memory: returns the entries most similar to the query, best first."""
+    """The port to memory: returns the entries to offer for the query, ranked, best first."""
 
     async def __call__(self, query: SearchQuery) -> SearchResult: ...
 
@@ -120,6 +129,7 @@ async def retrieve_memory(
         limit=request.max_entries,
         min_score=request.min_score,
         exclude_ids=injected_entry_ids(turns, MEMORY_SOURCE),
+        ranking=request.ranking,
     )
     result = await search(search_query)
     stages.done("search")
@@ -127,10 +137,9 @@ async def retrieve_memory(
     if result.left_out and len(result.left_out) == len(request.stores):
         raise SourceFailed("; ".join(result.left_out))
     # One store that cannot be searched leaves only itself out, as the reference does.
-    outcome.notes = result.left_out
-    entries = rank_across_stores(
-        (entry for entry in result.entries if entry.id not in search_query.exclude_ids), request.max_entries
-    )
+    outcome.notes = result.left_out + result.notes
+    outcome.ranking = result.ranking
+    entries = [entry for entry in result.entries if entry.id not in search_query.exclude_ids][: request.max_entries]
     if not entries:
         raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
     return tuple(entries)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .entries import RetrievedEntry
 from .gate import SkipReason
+from .ranking import Ranking
 
 
 class SourceFailed(Exception):
@@ -45,7 +46,10 @@ class SourceOutcome:
     # Memory's own: what it searched with, and the entries it folded, best first.
     query: str = ""
     entries: tuple[RetrievedEntry, ...] = ()
-    # What the report says besides, folded or not: memory's stores left out of the search.
+    # The strategy that ranked memory's entries, once it searched.
+    ranking: Ranking | None = None
+    # What the report says besides, folded or not: memory's stores left out of the search,
+    # a reranker that failed.
     notes: tuple[str, ...] = ()
     # The detail as admins see it, when it says more than callers are told.
     private_detail: str = ""

@@ -1,15 +1,20 @@
-"""Search by meaning: embed the query (unless the caller did), then one ranked query across stores."""
+"""Search by meaning: embed the query (unless the caller did), fetch in one round trip the candidates
+the ranking needs (engine/ranking.py), and rank them."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..embedding import Embedder
+from ..engine import ranking
 from ..engine.entries import RetrievedEntry
 from ..engine.memory import MemorySearch, SearchQuery, SearchResult
+from ..engine.ranking import Ranking
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
+from .reranker import Reranker, RerankFailed
 from .store import PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
 
 
@@ -18,38 +23,66 @@ class _Found:
     records: list[ScoredRecord]
     # The vector searched with: the caller's, or the query's embedding.
     vector: tuple[float, ...]
+    # The strategy that ranked `records`, and why it is not the one asked for, when it is not.
+    ranking: Ranking
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A search's results, best first, and how they were ranked."""
+
+    records: list[ScoredRecord]
+    durations: dict[str, float]
+    ranking: Ranking
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
 class MemorySearcher:
     store: PostgresMemoryStore
     embedder: Embedder
+    # The operator's remote reranker, for `RANKING_RERANK`; none configured refuses that ranking.
+    reranker: Reranker | None = None
+    default_ranking: Ranking = field(default=ranking.DEFAULT_RANKING)
+
+    def check_ranking(self, asked: Ranking | None, field_name: str) -> None:
+        """A request may ask for the reranker only where one is configured."""
+        if asked is Ranking.RERANK and self.reranker is None:
+            raise InvalidArgument.of(field_name, "RANKING_RERANK needs a reranker, and this server has none configured")
 
     async def search(
-        self, namespace: str, scope: Scope, query: SearchQuery, vector_field: str = "query_vector"
-    ) -> tuple[list[ScoredRecord], dict[str, float]]:
-        """Entries most similar to the query across the stores, with the time spent embedding and searching.
+        self,
+        namespace: str,
+        scope: Scope,
+        query: SearchQuery,
+        vector_field: str = "query_vector",
+        deadline: float | None = None,
+    ) -> Ranked:
+        """Entries most similar to the query across the stores, ranked, with the time spent embedding,
+        searching and ranking.
 
         Named stores must exist and match the query's dimension; with no stores
         named, every store of the query's dimension is searched.
         """
-        found, durations, unsearchable = await self._search(namespace, scope, query)
+        found, durations, unsearchable = await self._search(namespace, scope, query, deadline)
         if unsearchable:
             name, dimension = unsearchable[0]
             if dimension is None:
                 raise NotFound("store", name)
             # A caller's vector of the wrong length is the caller's field at fault;
             # the server's own embedding of the wrong length means the store does not fit.
-            field = vector_field if query.vector else "stores"
-            raise InvalidArgument.of(field, _dimensions_differ(len(found.vector), name, dimension))
-        return found.records, durations
+            field_name = vector_field if query.vector else "stores"
+            raise InvalidArgument.of(field_name, _dimensions_differ(len(found.vector), name, dimension))
+        return Ranked(found.records, durations, found.ranking, found.notes)
 
     async def _search(
-        self, namespace: str, scope: Scope, query: SearchQuery
+        self, namespace: str, scope: Scope, query: SearchQuery, deadline: float | None = None
     ) -> tuple[_Found, dict[str, float], list[tuple[str, int | None]]]:
         """The search, and the named stores it could not search: each with its dimension, None for one
         that does not exist. The stores are checked from the same round trip as the search itself,
-        which searches only the stores of the query's dimension."""
+        which searches only the stores of the query's dimension. `deadline` (the event loop's clock)
+        bounds the reranker's wait."""
         durations: dict[str, float] = {}
         started = time.perf_counter()
         if not query.vector:
@@ -57,42 +90,95 @@ class MemorySearcher:
                 (vector,) = await self.embedder.embed([query.text])
             query = replace(query, vector=tuple(vector))
             durations["embed"] = time.perf_counter() - started
+        strategy = query.ranking or self.default_ranking
+        per_store = ranking.candidates_per_store(strategy, query.limit)
+        # Words to match need words: a query given only as a vector is ranked store-aware.
+        lexical = ranking.LEXICAL_CANDIDATES if strategy is Ranking.HYBRID and query.text.strip() else 0
         searching = time.perf_counter()
-        with span("contextfold.search", stores=len(query.stores), limit=query.limit):
-            known, records = await self.store.search(namespace, scope, query)
+        with span("contextfold.search", stores=len(query.stores), limit=query.limit, ranking=strategy.value):
+            known, records = await self.store.search(namespace, scope, query, per_store, lexical)
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
-        return _Found(records, query.vector), durations, unsearchable
+        if strategy is Ranking.SIMILARITY:
+            return _Found(records, query.vector, strategy), durations, unsearchable
+        ranking_started = time.perf_counter()
+        found = await self._rank(strategy, query, records, deadline)
+        durations["rank"] = time.perf_counter() - ranking_started
+        return replace(found, vector=query.vector), durations, unsearchable
 
-    def port(self, namespace: str, scope: Scope) -> MemorySearch:
-        """The engine's `MemorySearch` port, bound to one caller's namespace and scope."""
+    async def _rank(
+        self, strategy: Ranking, query: SearchQuery, records: list[ScoredRecord], deadline: float | None
+    ) -> _Found:
+        """`records` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
+        `query.limit`, none below `query.min_score`. A reranker that fails leaves the store-aware order."""
+        by_id = {record.memory.id: record for record in records}
+        # An entry may come both from the nearest across the stores and from its store's own nearest.
+        nearest = list({record.memory.id: _entry(record) for record in records if record.lexical is None}.values())
+        if strategy is Ranking.HYBRID:
+            found = sorted((record for record in records if record.lexical is not None), key=_lexical_weight)
+            lexical = [_entry(record) for record in found]
+            order = ranking.hybrid(nearest, lexical, len(by_id))
+        else:
+            order = ranking.store_aware(nearest, len(nearest))
+        if query.min_score is not None:
+            order = [entry for entry in order if entry.score >= query.min_score]
+        notes: tuple[str, ...] = ()
+        if strategy is Ranking.RERANK:
+            pool = order[: ranking.RERANK_CANDIDATES]
+            try:
+                order = await self._rerank(query.text, pool, deadline)
+            except RerankFailed as error:
+                strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
+        return _Found([by_id[entry.id] for entry in order[: query.limit]], (), strategy, notes)
+
+    async def _rerank(self, text: str, pool: list[RetrievedEntry], deadline: float | None) -> list[RetrievedEntry]:
+        assert self.reranker is not None  # check_ranking refused the request otherwise
+        if not text.strip():
+            raise RerankFailed("a query given only as a vector has no text to rerank with")
+        if not pool:
+            return pool
+        timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
+        with span("contextfold.rerank", candidates=len(pool)):
+            scores = await self.reranker.rerank(text, [entry.content for entry in pool], timeout)
+        return ranking.reorder(pool, scores, len(pool))
+
+    def port(self, namespace: str, scope: Scope, deadline: float | None = None) -> MemorySearch:
+        """The engine's `MemorySearch` port, bound to one caller's namespace and scope; `deadline` (the
+        event loop's clock) bounds the reranker's wait."""
 
         async def search(query: SearchQuery) -> SearchResult:
             # Ids a conversation claims that no entry could have cannot match anything.
             query = replace(query, exclude_ids=frozenset(filter(is_memory_id, query.exclude_ids)))
             # A store that cannot be searched leaves itself out, not the others.
-            found, durations, unsearchable = await self._search(namespace, scope, query)
-            results = found.records
+            found, durations, unsearchable = await self._search(namespace, scope, query, deadline)
             left_out = tuple(
                 f"store {name!r} does not exist"
                 if dimension is None
                 else f"store {name!r} was left out: {_dimensions_differ(len(found.vector), name, dimension)}"
                 for name, dimension in unsearchable
             )
-            entries = [
-                RetrievedEntry(
-                    id=r.memory.id,
-                    store=r.memory.store,
-                    content=r.memory.content,
-                    score=r.score,
-                    metadata=r.memory.metadata,
-                    created_at=r.memory.create_time,
-                )
-                for r in results
-            ]
-            return SearchResult(entries=entries, durations=durations, left_out=left_out)
+            entries = [_entry(record) for record in found.records]
+            return SearchResult(
+                entries=entries, durations=durations, left_out=left_out, notes=found.notes, ranking=found.ranking
+            )
 
         return search
+
+
+def _lexical_weight(record: ScoredRecord) -> float:
+    """Sorts the lexical candidates heaviest first."""
+    return -(record.lexical or 0.0)
+
+
+def _entry(record: ScoredRecord) -> RetrievedEntry:
+    return RetrievedEntry(
+        id=record.memory.id,
+        store=record.memory.store,
+        content=record.memory.content,
+        score=record.score,
+        metadata=record.memory.metadata,
+        created_at=record.memory.create_time,
+    )
 
 
 def _dimensions_differ(query_dimension: int, store: str, store_dimension: int) -> str:

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from ..engine.memory import SearchQuery
 from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from ..postgres.migrations import SCHEMA
+from ..postgres.migrations import LEXICAL_CONFIG, SCHEMA
 from ..postgres.pool import Connection, Database, NamespaceConnection
 
 
@@ -71,6 +71,9 @@ class MemoryRecord:
 class ScoredRecord:
     memory: MemoryRecord
     score: float
+    # The full-text search's weight, for an entry it found (the lexical candidates); None for the
+    # vector search's.
+    lexical: float | None = None
 
 
 # Enough candidates per probe that filtered searches stay accurate, and pgvector
@@ -113,16 +116,21 @@ def _scope_filter(columns: Iterable[str]) -> sql.Composable:
     )
 
 
+_KNOWN_STORES = (
+    "WITH known AS MATERIALIZED ("
+    " SELECT name, dimension FROM {stores}"
+    " WHERE namespace = %(namespace)s AND (cardinality(%(names)s::text[]) = 0 OR name = ANY(%(names)s::text[]))"
+    ")"
+)
+
+
 @functools.lru_cache(maxsize=128)
 def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
     """The search statement for a dimension and the scope columns set; composed once, so every
     search of the same shape sends the same text (prepared by psycopg, planned per values)."""
     return (
         sql.SQL(
-            "WITH known AS MATERIALIZED ("
-            " SELECT name, dimension FROM {stores}"
-            " WHERE namespace = %(namespace)s AND (cardinality(%(names)s::text[]) = 0 OR name = ANY(%(names)s::text[]))"
-            "), candidates AS MATERIALIZED ("
+            _KNOWN_STORES + ", candidates AS MATERIALIZED ("
             # Iterative index scans may return near-ties slightly out of order;
             # the outer sort restores exact order over the few candidates.
             " SELECT {columns}, (embedding::vector({dim})) <=> %(vector)s AS distance FROM {memories}"
@@ -140,6 +148,87 @@ def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
             columns=sql.SQL(_MEMORY_COLUMNS),
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
+            scope=_scope_filter(scoped),
+        )
+        .as_string(None)
+    )
+
+
+# The nearest entries across the stores read first (`nearest_per_store`): a store with enough of them
+# among these (the large one a query's near-misses come from) needs no reading of its own.
+POOL_CANDIDATES = 40
+
+# A word of the query counts for the lexical search when few entries hold it: at most one in a hundred
+# of the stores searched (counted up to RARE_WORD_SAMPLE), and never more than RARE_WORD_ENTRIES.
+# Rarer words weigh more (ln((RARE_WORD_ENTRIES + 1) / entries holding it)); commoner ones tell
+# little, and ranking every entry holding one would cost a scan of thousands.
+RARE_WORD_ENTRIES = 100
+RARE_WORD_SAMPLE = 100 * RARE_WORD_ENTRIES
+
+
+@functools.lru_cache(maxsize=128)
+def _per_store_query(dimension: int, scoped: tuple[str, ...], lexical: bool) -> str:
+    """The search statement for rankings that read each store's candidates (`nearest_per_store`,
+    migration 10), and with `lexical` the full-text search's besides, composed once per shape.
+
+    The lexical search weighs each of the query's words (its lexemes, as the index has them) by how
+    rare it is among the namespace's entries, counting at most `RARE_WORD_ENTRIES + 1` through the
+    inverted index, and ranks the entries holding rare ones (`RARE_WORD_ENTRIES`) by the sum of their
+    words' weights."""
+    words = (
+        ", searched AS MATERIALIZED ("
+        " SELECT greatest(1, least({rare}, count(*) / 100)) AS rare FROM (SELECT FROM {memories}"
+        " WHERE namespace = %(namespace)s AND dimension = {dim}"
+        " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})) LIMIT {sample}) AS s"
+        "), terms AS MATERIALIZED ("
+        " SELECT plainto_tsquery('simple', t.lexeme) AS query FROM unnest(to_tsvector({config}, %(words)s)) AS t"
+        # Words the table's statistics already know as common (in more than one entry in a hundred) are
+        # not counted: counting reads every entry holding them.
+        " WHERE NOT EXISTS (SELECT FROM pg_stats AS s,"
+        " unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, frequency)"
+        " WHERE s.schemaname = {schema} AND s.tablename = 'memories' AND s.attname = 'lexemes'"
+        " AND e.lexeme = t.lexeme AND e.frequency > 0.01)"
+        "), counted AS MATERIALIZED ("
+        " SELECT t.query, (SELECT count(*) FROM (SELECT FROM {memories} m"
+        " WHERE m.namespace = %(namespace)s AND m.lexemes @@ t.query LIMIT {rare_limit}) AS c) AS entries"
+        " FROM terms AS t"
+        "), words AS MATERIALIZED ("
+        " SELECT {m_columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
+        " ranked.weight AS lexical FROM (SELECT hit.id, sum(ln(({rare} + 1.0) / c.entries)) AS weight"
+        " FROM counted AS c CROSS JOIN LATERAL (SELECT id FROM {memories}"
+        " WHERE namespace = %(namespace)s AND dimension = {dim} AND lexemes @@ c.query"
+        " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
+        " AND NOT (id = ANY(%(exclude)s)){scope} LIMIT {rare}) AS hit"
+        " WHERE c.entries BETWEEN 1 AND (SELECT rare FROM searched)"
+        " GROUP BY hit.id ORDER BY weight DESC, hit.id LIMIT %(lexical)s"
+        ") AS ranked JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = ranked.id"
+        ")"
+        if lexical
+        else ""
+    )
+    return (
+        sql.SQL(
+            _KNOWN_STORES + ", near AS MATERIALIZED ("
+            " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
+            " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
+            " %(exclude)s,"
+            " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3])"
+            ")" + words + " SELECT (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) AS known,"
+            " found.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM near"
+            + (" UNION ALL SELECT * FROM words" if lexical else "")
+            + ") AS found ON true"
+        )
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
+            m_columns=sql.SQL(", ").join(sql.Identifier("m", column) for column in _MEMORY_COLUMNS.split(", ")),
+            memories=sql.Identifier(SCHEMA, "memories"),
+            config=sql.Literal(LEXICAL_CONFIG),
+            dim=sql.Literal(dimension),
+            rare=sql.Literal(RARE_WORD_ENTRIES),
+            rare_limit=sql.Literal(RARE_WORD_ENTRIES + 1),
+            sample=sql.Literal(RARE_WORD_SAMPLE),
+            schema=sql.Literal(SCHEMA),
             scope=_scope_filter(scoped),
         )
         .as_string(None)
@@ -294,11 +383,19 @@ class PostgresMemoryStore:
             return [stored[row_id] for row_id in ids]
 
     async def search(
-        self, namespace: str, scope: Scope, query: SearchQuery
+        self, namespace: str, scope: Scope, query: SearchQuery, per_store: int = 0, lexical: int = 0
     ) -> tuple[dict[str, int], list[ScoredRecord]]:
         """In one round trip: the dimension of each store asked for that exists (every store of the
-        namespace when `query.stores` is empty), and the `query.limit` entries nearest to
-        `query.vector` across those of its dimension, most similar first."""
+        namespace when `query.stores` is empty), and, among the stores of `query.vector`'s dimension,
+        the candidates a ranking needs, each with its similarity to the vector:
+
+        - `per_store` 0: the `query.limit` entries nearest to the vector across the stores, most
+          similar first, none below `query.min_score`;
+        - `per_store` n: the n nearest in each store (a store's crowd counts the entries below
+          `min_score` too: the caller leaves them out once ranked);
+        - with `lexical` n besides: up to n entries matching `query.text`'s words, best first by
+          full-text weight, each with its `lexical` weight; an entry found both ways comes once from each.
+        """
         scoped = scope.fields()
         params = {
             "namespace": namespace,
@@ -309,9 +406,24 @@ class PostgresMemoryStore:
             "limit": query.limit,
             "max_distance": None if query.min_score is None else 1.0 - query.min_score,
         }
-        rows = await self._database.read(namespace, _search_query(len(query.vector), tuple(scoped)), params)
+        if per_store:
+            params |= {
+                "per_store": per_store,
+                "pool": max(per_store, POOL_CANDIDATES),
+                "scope": [scope.user_id, scope.agent_id, scope.session_id],
+            }
+            if lexical:
+                params |= {"words": query.text, "lexical": lexical}
+            statement = _per_store_query(len(query.vector), tuple(scoped), bool(lexical))
+        else:
+            statement = _search_query(len(query.vector), tuple(scoped))
+        rows = await self._database.read(namespace, statement, params)
         known = dict(rows[0]["known"])
-        results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
+        results = [
+            ScoredRecord(_memory(row), 1.0 - float(row["distance"]), row.get("lexical"))
+            for row in rows
+            if row["id"] is not None
+        ]
         return known, results
 
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = _UNSCOPED) -> MemoryRecord:

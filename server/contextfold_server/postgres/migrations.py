@@ -28,6 +28,12 @@ OPEN_NAMESPACE = "~open"
 NAMESPACE_SETTING = "contextfold.namespace"
 _TENANT_TABLES = ("stores", "memories", "providers")
 
+# The text search configuration of the lexical index: English stemming and stop words.
+LEXICAL_CONFIG = "english"
+# A store of at most this many entries is searched exactly, from its rows (about a microsecond each);
+# a larger one through the vector index.
+EXACT_STORE_ENTRIES = 1000
+
 # One advisory-lock key for the migrations (indexes of new dimensions have their own, in vector_index.py),
 # so replicas starting together never race.
 _DDL_LOCK = 0x636F6E74  # "cont"
@@ -170,6 +176,91 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE {SCHEMA}.providers ADD COLUMN tls_key_sealed bytea;
         ALTER TABLE {SCHEMA}.providers ADD COLUMN credential_header text NOT NULL DEFAULT '';
         ALTER TABLE {SCHEMA}.providers ADD COLUMN credential_sealed bytea;
+        """,
+    ),
+    (
+        10,
+        # Ranking (memory/ranking.py). `lexemes`: each entry's words for full-text search, kept by
+        # Postgres itself, with an inverted index; adding the column rewrites the table once.
+        #
+        # `nearest_per_store`: the p_per_store entries nearest to a vector within each of the stores.
+        # A store of at most EXACT_STORE_ENTRIES entries (a bounded count tells) is read exactly, from
+        # its rows, by a statement planned once per connection. The larger ones (and every store of a
+        # scoped search) are read through the dimension's vector index: first the p_pool nearest across
+        # them, where a store with p_per_store of them (the large store a query's near-misses come from)
+        # has its nearest; then each other one on its own. Those statements are planned for their values,
+        # so a narrow scope is read through its own index. Only the dimension, an integer, is written
+        # into a statement: each dimension's vector index is over its own cast. An entry may come twice
+        # (from the pool and from its store): callers keep one.
+        f"""
+        ALTER TABLE {SCHEMA}.memories
+            ADD COLUMN lexemes tsvector GENERATED ALWAYS AS (to_tsvector('{LEXICAL_CONFIG}', content)) STORED;
+        CREATE INDEX memories_lexemes ON {SCHEMA}.memories USING gin (lexemes);
+        CREATE FUNCTION {SCHEMA}.nearest_per_store(
+            p_namespace text, p_dimension integer, p_vector vector, p_stores text[], p_per_store integer,
+            p_pool integer, p_exclude text[], p_user_id text, p_agent_id text, p_session_id text
+        ) RETURNS TABLE (
+            id text, store text, content text, metadata jsonb, user_id text, agent_id text,
+            session_id text, create_time timestamptz, seq bigint, distance float8
+        ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
+        DECLARE
+            p_store text;
+            p_entries integer;
+            p_found record;
+            p_large text[] := '{{}}';
+            p_pooled text[] := '{{}}';
+            p_scoped boolean := p_user_id <> '' OR p_agent_id <> '' OR p_session_id <> '';
+            p_select constant text := 'SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id,'
+                ' m.session_id, m.create_time, m.seq, ((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance'
+                ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
+                ' AND NOT (m.id = ANY($4)) AND ($5 = '''' OR m.user_id = $5) AND ($6 = '''' OR m.agent_id = $6)'
+                ' AND ($7 = '''' OR m.session_id = $7)';
+        BEGIN
+            FOREACH p_store IN ARRAY p_stores LOOP
+                IF NOT p_scoped THEN
+                    SELECT count(*) INTO p_entries FROM (
+                        SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = p_store
+                        LIMIT {EXACT_STORE_ENTRIES + 1}
+                    ) AS counted;
+                    IF p_entries <= {EXACT_STORE_ENTRIES} THEN
+                        RETURN QUERY
+                            SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id, m.session_id,
+                                m.create_time, m.seq, (m.embedding <=> p_vector)::float8
+                            FROM {SCHEMA}.memories m
+                            WHERE m.namespace = p_namespace AND m.store = p_store AND m.dimension = p_dimension
+                                AND NOT (m.id = ANY(p_exclude))
+                            ORDER BY 10 LIMIT p_per_store;
+                        CONTINUE;
+                    END IF;
+                END IF;
+                p_large := p_large || p_store;
+            END LOOP;
+            IF cardinality(p_large) = 0 THEN
+                RETURN;
+            END IF;
+            FOR p_found IN EXECUTE format(p_select || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8', p_dimension)
+                USING p_vector, p_namespace, p_large, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool
+            LOOP
+                id := p_found.id; store := p_found.store; content := p_found.content;
+                metadata := p_found.metadata; user_id := p_found.user_id; agent_id := p_found.agent_id;
+                session_id := p_found.session_id; create_time := p_found.create_time; seq := p_found.seq;
+                distance := p_found.distance;
+                p_pooled := p_pooled || p_found.store;
+                RETURN NEXT;
+            END LOOP;
+            -- Fewer than asked for: the pool holds every entry of these stores there is.
+            IF cardinality(p_pooled) < p_pool THEN
+                RETURN;
+            END IF;
+            FOREACH p_store IN ARRAY p_large LOOP
+                IF cardinality(array_positions(p_pooled, p_store)) < p_per_store THEN
+                    RETURN QUERY EXECUTE format(p_select || ' AND m.store = $3 ORDER BY distance LIMIT $8', p_dimension)
+                        USING p_vector, p_namespace, p_store, p_exclude, p_user_id, p_agent_id, p_session_id,
+                            p_per_store;
+                END IF;
+            END LOOP;
+        END
+        $function$;
         """,
     ),
 ]

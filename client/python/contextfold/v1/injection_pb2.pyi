@@ -59,7 +59,7 @@ SKIP_REASON_TIMEOUT: SkipReason
 SKIP_REASON_OVER_BUDGET: SkipReason
 
 class MemoryOptions(_message.Message):
-    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template")
+    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking")
     STORES_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class MemoryOptions(_message.Message):
     QUERY_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    RANKING_FIELD_NUMBER: _ClassVar[int]
     stores: _containers.RepeatedScalarFieldContainer[str]
     max_entries: int
     query: str
@@ -82,7 +83,8 @@ class MemoryOptions(_message.Message):
     query_expression: str
     format: Format
     format_template: str
-    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ...) -> None: ...
+    ranking: _memory_pb2.Ranking
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("id", "name")
@@ -143,7 +145,7 @@ class InjectedEntry(_message.Message):
     def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class InjectionReport(_message.Message):
-    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens")
+    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens", "ranking")
     class StageDurationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +162,7 @@ class InjectionReport(_message.Message):
     STAGE_DURATIONS_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RANKING_FIELD_NUMBER: _ClassVar[int]
     injected: bool
     skip_reason: SkipReason
     detail: str
@@ -169,7 +172,8 @@ class InjectionReport(_message.Message):
     stage_durations: _containers.MessageMap[str, _duration_pb2.Duration]
     sources: _containers.RepeatedCompositeFieldContainer[SourceReport]
     total_tokens: int
-    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+    ranking: _memory_pb2.Ranking
+    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ...) -> None: ...
 
 class InjectResponse(_message.Message):
     __slots__ = ("messages", "report")

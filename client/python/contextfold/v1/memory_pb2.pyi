@@ -3,12 +3,26 @@ import datetime
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class Ranking(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RANKING_UNSPECIFIED: _ClassVar[Ranking]
+    RANKING_SIMILARITY: _ClassVar[Ranking]
+    RANKING_STORE_AWARE: _ClassVar[Ranking]
+    RANKING_HYBRID: _ClassVar[Ranking]
+    RANKING_RERANK: _ClassVar[Ranking]
+RANKING_UNSPECIFIED: Ranking
+RANKING_SIMILARITY: Ranking
+RANKING_STORE_AWARE: Ranking
+RANKING_HYBRID: Ranking
+RANKING_RERANK: Ranking
 
 class Store(_message.Message):
     __slots__ = ("name", "description", "dimension", "create_time", "memory_count")
@@ -121,26 +135,30 @@ class AddMemoriesResponse(_message.Message):
     def __init__(self, memories: _Optional[_Iterable[_Union[Memory, _Mapping]]] = ...) -> None: ...
 
 class SearchMemoriesRequest(_message.Message):
-    __slots__ = ("query", "query_vector", "stores", "max_results", "scope", "min_score")
+    __slots__ = ("query", "query_vector", "stores", "max_results", "scope", "min_score", "ranking")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
     STORES_FIELD_NUMBER: _ClassVar[int]
     MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    RANKING_FIELD_NUMBER: _ClassVar[int]
     query: str
     query_vector: _containers.RepeatedScalarFieldContainer[float]
     stores: _containers.RepeatedScalarFieldContainer[str]
     max_results: int
     scope: Scope
     min_score: float
-    def __init__(self, query: _Optional[str] = ..., query_vector: _Optional[_Iterable[float]] = ..., stores: _Optional[_Iterable[str]] = ..., max_results: _Optional[int] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., min_score: _Optional[float] = ...) -> None: ...
+    ranking: Ranking
+    def __init__(self, query: _Optional[str] = ..., query_vector: _Optional[_Iterable[float]] = ..., stores: _Optional[_Iterable[str]] = ..., max_results: _Optional[int] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., ranking: _Optional[_Union[Ranking, str]] = ...) -> None: ...
 
 class SearchMemoriesResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "ranking")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RANKING_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ScoredMemory]
-    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMemory, _Mapping]]] = ...) -> None: ...
+    ranking: Ranking
+    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMemory, _Mapping]]] = ..., ranking: _Optional[_Union[Ranking, str]] = ...) -> None: ...
 
 class GetMemoryRequest(_message.Message):
     __slots__ = ("id",)

@@ -2,8 +2,8 @@
 // @generated from file contextfold/v1/memory.proto (package contextfold.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file contextfold/v1/memory.proto.
  */
 export const file_contextfold_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb250ZXh0Zm9sZC92MS9tZW1vcnkucHJvdG8SDmNvbnRleHRmb2xkLnYxIoQBCgVTdG9yZRIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhEKCWRpbWVuc2lvbhgDIAEoBRIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbWVtb3J5X2NvdW50GAUgASgDIj4KBVNjb3BlEg8KB3VzZXJfaWQYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCSLXAQoGTWVtb3J5EgoKAmlkGAEgASgJEg0KBXN0b3JlGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3VzZXJfaWQYBSABKAkSEAoIYWdlbnRfaWQYBiABKAkSEgoKc2Vzc2lvbl9pZBgHIAEoCRIOCgZ2ZWN0b3IYCCADKAISLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkUKDFNjb3JlZE1lbW9yeRImCgZtZW1vcnkYASABKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSDQoFc2NvcmUYAiABKAIiOgoSQ3JlYXRlU3RvcmVSZXF1ZXN0EiQKBXN0b3JlGAEgASgLMhUuY29udGV4dGZvbGQudjEuU3RvcmUiOwoTQ3JlYXRlU3RvcmVSZXNwb25zZRIkCgVzdG9yZRgBIAEoCzIVLmNvbnRleHRmb2xkLnYxLlN0b3JlIjoKEUxpc3RTdG9yZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlQKEkxpc3RTdG9yZXNSZXNwb25zZRIlCgZzdG9yZXMYASADKAsyFS5jb250ZXh0Zm9sZC52MS5TdG9yZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMQoSRGVsZXRlU3RvcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZm9yY2UYAiABKAgiMwoTRGVsZXRlU3RvcmVSZXNwb25zZRIcChRkZWxldGVkX21lbW9yeV9jb3VudBgBIAEoAyJNChJBZGRNZW1vcmllc1JlcXVlc3QSDQoFc3RvcmUYASABKAkSKAoIbWVtb3JpZXMYAiADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkiPwoTQWRkTWVtb3JpZXNSZXNwb25zZRIoCghtZW1vcmllcxgBIAMoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeSKtAQoVU2VhcmNoTWVtb3JpZXNSZXF1ZXN0Eg0KBXF1ZXJ5GAEgASgJEhQKDHF1ZXJ5X3ZlY3RvchgCIAMoAhIOCgZzdG9yZXMYAyADKAkSEwoLbWF4X3Jlc3VsdHMYBCABKAUSJAoFc2NvcGUYBSABKAsyFS5jb250ZXh0Zm9sZC52MS5TY29wZRIWCgltaW5fc2NvcmUYBiABKAJIAIgBAUIMCgpfbWluX3Njb3JlIkcKFlNlYXJjaE1lbW9yaWVzUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvbnRleHRmb2xkLnYxLlNjb3JlZE1lbW9yeSIeChBHZXRNZW1vcnlSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEUdldE1lbW9yeVJlc3BvbnNlEiYKBm1lbW9yeRgBIAEoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeSJxChNMaXN0TWVtb3JpZXNSZXF1ZXN0Eg0KBXN0b3JlGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiQKBXNjb3BlGAQgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUiWQoUTGlzdE1lbW9yaWVzUmVzcG9uc2USKAoIbWVtb3JpZXMYASADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKFURlbGV0ZU1lbW9yaWVzUmVxdWVzdBILCgNpZHMYASADKAkSFQoNYWxsb3dfbWlzc2luZxgCIAEoCCIvChZEZWxldGVNZW1vcmllc1Jlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMy7wUKDU1lbW9yeVNlcnZpY2USVgoLQ3JlYXRlU3RvcmUSIi5jb250ZXh0Zm9sZC52MS5DcmVhdGVTdG9yZVJlcXVlc3QaIy5jb250ZXh0Zm9sZC52MS5DcmVhdGVTdG9yZVJlc3BvbnNlElgKCkxpc3RTdG9yZXMSIS5jb250ZXh0Zm9sZC52MS5MaXN0U3RvcmVzUmVxdWVzdBoiLmNvbnRleHRmb2xkLnYxLkxpc3RTdG9yZXNSZXNwb25zZSIDkAIBElYKC0RlbGV0ZVN0b3JlEiIuY29udGV4dGZvbGQudjEuRGVsZXRlU3RvcmVSZXF1ZXN0GiMuY29udGV4dGZvbGQudjEuRGVsZXRlU3RvcmVSZXNwb25zZRJWCgtBZGRNZW1vcmllcxIiLmNvbnRleHRmb2xkLnYxLkFkZE1lbW9yaWVzUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkFkZE1lbW9yaWVzUmVzcG9uc2USZAoOU2VhcmNoTWVtb3JpZXMSJS5jb250ZXh0Zm9sZC52MS5TZWFyY2hNZW1vcmllc1JlcXVlc3QaJi5jb250ZXh0Zm9sZC52MS5TZWFyY2hNZW1vcmllc1Jlc3BvbnNlIgOQAgESVQoJR2V0TWVtb3J5EiAuY29udGV4dGZvbGQudjEuR2V0TWVtb3J5UmVxdWVzdBohLmNvbnRleHRmb2xkLnYxLkdldE1lbW9yeVJlc3BvbnNlIgOQAgESXgoMTGlzdE1lbW9yaWVzEiMuY29udGV4dGZvbGQudjEuTGlzdE1lbW9yaWVzUmVxdWVzdBokLmNvbnRleHRmb2xkLnYxLkxpc3RNZW1vcmllc1Jlc3BvbnNlIgOQAgESXwoORGVsZXRlTWVtb3JpZXMSJS5jb250ZXh0Zm9sZC52MS5EZWxldGVNZW1vcmllc1JlcXVlc3QaJi5jb250ZXh0Zm9sZC52MS5EZWxldGVNZW1vcmllc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chtjb250ZXh0Zm9sZC92MS9tZW1vcnkucHJvdG8SDmNvbnRleHRmb2xkLnYxIoQBCgVTdG9yZRIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhEKCWRpbWVuc2lvbhgDIAEoBRIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbWVtb3J5X2NvdW50GAUgASgDIj4KBVNjb3BlEg8KB3VzZXJfaWQYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCSLXAQoGTWVtb3J5EgoKAmlkGAEgASgJEg0KBXN0b3JlGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3VzZXJfaWQYBSABKAkSEAoIYWdlbnRfaWQYBiABKAkSEgoKc2Vzc2lvbl9pZBgHIAEoCRIOCgZ2ZWN0b3IYCCADKAISLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkUKDFNjb3JlZE1lbW9yeRImCgZtZW1vcnkYASABKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSDQoFc2NvcmUYAiABKAIiOgoSQ3JlYXRlU3RvcmVSZXF1ZXN0EiQKBXN0b3JlGAEgASgLMhUuY29udGV4dGZvbGQudjEuU3RvcmUiOwoTQ3JlYXRlU3RvcmVSZXNwb25zZRIkCgVzdG9yZRgBIAEoCzIVLmNvbnRleHRmb2xkLnYxLlN0b3JlIjoKEUxpc3RTdG9yZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlQKEkxpc3RTdG9yZXNSZXNwb25zZRIlCgZzdG9yZXMYASADKAsyFS5jb250ZXh0Zm9sZC52MS5TdG9yZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMQoSRGVsZXRlU3RvcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZm9yY2UYAiABKAgiMwoTRGVsZXRlU3RvcmVSZXNwb25zZRIcChRkZWxldGVkX21lbW9yeV9jb3VudBgBIAEoAyJNChJBZGRNZW1vcmllc1JlcXVlc3QSDQoFc3RvcmUYASABKAkSKAoIbWVtb3JpZXMYAiADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkiPwoTQWRkTWVtb3JpZXNSZXNwb25zZRIoCghtZW1vcmllcxgBIAMoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeSLXAQoVU2VhcmNoTWVtb3JpZXNSZXF1ZXN0Eg0KBXF1ZXJ5GAEgASgJEhQKDHF1ZXJ5X3ZlY3RvchgCIAMoAhIOCgZzdG9yZXMYAyADKAkSEwoLbWF4X3Jlc3VsdHMYBCABKAUSJAoFc2NvcGUYBSABKAsyFS5jb250ZXh0Zm9sZC52MS5TY29wZRIWCgltaW5fc2NvcmUYBiABKAJIAIgBARIoCgdyYW5raW5nGAcgASgOMhcuY29udGV4dGZvbGQudjEuUmFua2luZ0IMCgpfbWluX3Njb3JlInEKFlNlYXJjaE1lbW9yaWVzUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvbnRleHRmb2xkLnYxLlNjb3JlZE1lbW9yeRIoCgdyYW5raW5nGAIgASgOMhcuY29udGV4dGZvbGQudjEuUmFua2luZyIeChBHZXRNZW1vcnlSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEUdldE1lbW9yeVJlc3BvbnNlEiYKBm1lbW9yeRgBIAEoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeSJxChNMaXN0TWVtb3JpZXNSZXF1ZXN0Eg0KBXN0b3JlGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiQKBXNjb3BlGAQgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUiWQoUTGlzdE1lbW9yaWVzUmVzcG9uc2USKAoIbWVtb3JpZXMYASADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKFURlbGV0ZU1lbW9yaWVzUmVxdWVzdBILCgNpZHMYASADKAkSFQoNYWxsb3dfbWlzc2luZxgCIAEoCCIvChZEZWxldGVNZW1vcmllc1Jlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMqewoHUmFua2luZxIXChNSQU5LSU5HX1VOU1BFQ0lGSUVEEAASFgoSUkFOS0lOR19TSU1JTEFSSVRZEAESFwoTUkFOS0lOR19TVE9SRV9BV0FSRRACEhIKDlJBTktJTkdfSFlCUklEEAMSEgoOUkFOS0lOR19SRVJBTksQBDLvBQoNTWVtb3J5U2VydmljZRJWCgtDcmVhdGVTdG9yZRIiLmNvbnRleHRmb2xkLnYxLkNyZWF0ZVN0b3JlUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkNyZWF0ZVN0b3JlUmVzcG9uc2USWAoKTGlzdFN0b3JlcxIhLmNvbnRleHRmb2xkLnYxLkxpc3RTdG9yZXNSZXF1ZXN0GiIuY29udGV4dGZvbGQudjEuTGlzdFN0b3Jlc1Jlc3BvbnNlIgOQAgESVgoLRGVsZXRlU3RvcmUSIi5jb250ZXh0Zm9sZC52MS5EZWxldGVTdG9yZVJlcXVlc3QaIy5jb250ZXh0Zm9sZC52MS5EZWxldGVTdG9yZVJlc3BvbnNlElYKC0FkZE1lbW9yaWVzEiIuY29udGV4dGZvbGQudjEuQWRkTWVtb3JpZXNSZXF1ZXN0GiMuY29udGV4dGZvbGQudjEuQWRkTWVtb3JpZXNSZXNwb25zZRJkCg5TZWFyY2hNZW1vcmllcxIlLmNvbnRleHRmb2xkLnYxLlNlYXJjaE1lbW9yaWVzUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLlNlYXJjaE1lbW9yaWVzUmVzcG9uc2UiA5ACARJVCglHZXRNZW1vcnkSIC5jb250ZXh0Zm9sZC52MS5HZXRNZW1vcnlSZXF1ZXN0GiEuY29udGV4dGZvbGQudjEuR2V0TWVtb3J5UmVzcG9uc2UiA5ACARJeCgxMaXN0TWVtb3JpZXMSIy5jb250ZXh0Zm9sZC52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0GiQuY29udGV4dGZvbGQudjEuTGlzdE1lbW9yaWVzUmVzcG9uc2UiA5ACARJfCg5EZWxldGVNZW1vcmllcxIlLmNvbnRleHRmb2xkLnYxLkRlbGV0ZU1lbW9yaWVzUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLkRlbGV0ZU1lbW9yaWVzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A named collection of entries embedded the same way.
@@ -459,6 +459,13 @@ export type SearchMemoriesRequest = Message<"contextfold.v1.SearchMemoriesReques
    * @generated from field: optional float min_score = 6;
    */
   minScore?: number | undefined;
+
+  /**
+   * How to rank the results.
+   *
+   * @generated from field: contextfold.v1.Ranking ranking = 7;
+   */
+  ranking: Ranking;
 };
 
 /**
@@ -475,11 +482,19 @@ export const SearchMemoriesRequestSchema: GenMessage<SearchMemoriesRequest> = /*
  */
 export type SearchMemoriesResponse = Message<"contextfold.v1.SearchMemoriesResponse"> & {
   /**
-   * The results, most similar first.
+   * The results, best first by the ranking.
    *
    * @generated from field: repeated contextfold.v1.ScoredMemory results = 1;
    */
   results: ScoredMemory[];
+
+  /**
+   * The ranking that ordered them: the one asked for, or RANKING_STORE_AWARE
+   * when the reranker failed.
+   *
+   * @generated from field: contextfold.v1.Ranking ranking = 2;
+   */
+  ranking: Ranking;
 };
 
 /**
@@ -652,6 +667,58 @@ export type DeleteMemoriesResponse = Message<"contextfold.v1.DeleteMemoriesRespo
  */
 export const DeleteMemoriesResponseSchema: GenMessage<DeleteMemoriesResponse> = /*@__PURE__*/
   messageDesc(file_contextfold_v1_memory, 19);
+
+/**
+ * How search results are ranked. The README compares them on labelled sets.
+ *
+ * @generated from enum contextfold.v1.Ranking
+ */
+export enum Ranking {
+  /**
+   * The server's default: RANKING_STORE_AWARE, unless its operator chose
+   * another (`--ranking`).
+   *
+   * @generated from enum value: RANKING_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * By cosine similarity alone, across every store searched.
+   *
+   * @generated from enum value: RANKING_SIMILARITY = 1;
+   */
+  SIMILARITY = 1,
+
+  /**
+   * By similarity and by how far each entry stands out from its own store's
+   * nearest entries, so a large store of near-misses cannot take every place.
+   *
+   * @generated from enum value: RANKING_STORE_AWARE = 2;
+   */
+  STORE_AWARE = 2,
+
+  /**
+   * Store-aware, fused by reciprocal rank with Postgres full-text search over
+   * the entries' words: for exact words (ids, error codes, names).
+   *
+   * @generated from enum value: RANKING_HYBRID = 3;
+   */
+  HYBRID = 3,
+
+  /**
+   * Store-aware candidates reordered by the server's remote reranker (its
+   * operator configures one); when it fails, the store-aware order stands.
+   *
+   * @generated from enum value: RANKING_RERANK = 4;
+   */
+  RERANK = 4,
+}
+
+/**
+ * Describes the enum contextfold.v1.Ranking.
+ */
+export const RankingSchema: GenEnum<Ranking> = /*@__PURE__*/
+  enumDesc(file_contextfold_v1_memory, 0);
 
 /**
  * Memory kept for agents: named stores of entries, searched by meaning.

@@ -1,0 +1,113 @@
+"""Which of the candidates a search found go to the model, in what order.
+
+One global similarity ranking lets a large store of loosely related entries
+(small talk, stand-up notes) take every place with near-misses: each of its
+hundreds of entries is a little similar to any query. What marks the entry a
+person would pick is that it stands out from the entries around it. So the
+default ranking (`STORE_AWARE`) judges each entry against its own store's crowd
+for this query, and the crowd is read per store, not from the top of a list a
+large store fills. bench/retrieval.py measures every strategy on labelled sets;
+the README has the table the default was chosen from.
+
+These are pure functions over candidates already fetched: the search fetches
+what the strategy needs (`candidates_per_store`, `lexical_candidates`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from .entries import RetrievedEntry
+
+
+class Ranking(enum.Enum):
+    SIMILARITY = "similarity"
+    STORE_AWARE = "store_aware"
+    HYBRID = "hybrid"
+    RERANK = "rerank"
+
+
+DEFAULT_RANKING = Ranking.STORE_AWARE
+
+# An entry's crowd is its store's entry this many places below the store's best
+# (the eighth best): near it, an entry is one of many alike; well above it, it
+# stands out. Measured over 5 to 10 on bench/retrieval (a plateau from 6 to 8).
+CROWD_RANK = 7
+# How much standing out counts beside the similarity itself.
+STAND_OUT_WEIGHT = 2.0
+# Reciprocal rank fusion's constant (the usual 60): ranks near the top count most, no one list dominates.
+RRF_K = 60
+# Fused by rank, the lexical list weighs as much as the vector list: an entry holding the query's one
+# rare word (an incident id) then comes first unless several entries rank well in both lists. At half
+# the weight, an exact id several places down the vector list stayed there (tests/test_ranking.py).
+LEXICAL_WEIGHT = 1.0
+# Entries the lexical search contributes, and the candidates a reranker is asked to order.
+LEXICAL_CANDIDATES = 20
+RERANK_CANDIDATES = 20
+
+
+def candidates_per_store(ranking: Ranking, limit: int) -> int:
+    """Entries to fetch from each store, nearest first: enough to see each store's crowd, and at
+    least `limit` (all from one store may win); 0 for `SIMILARITY`, which ranks one global list."""
+    if ranking is Ranking.SIMILARITY:
+        return 0
+    wanted = RERANK_CANDIDATES if ranking is Ranking.RERANK else limit
+    return max(wanted, CROWD_RANK + 1)
+
+
+def by_similarity(entries: Iterable[RetrievedEntry], limit: int) -> list[RetrievedEntry]:
+    """The `limit` most similar entries, whichever store holds them. Ties keep their given order."""
+    return sorted(entries, key=lambda entry: entry.score, reverse=True)[:limit]
+
+
+def stand_out_scores(entries: Iterable[RetrievedEntry]) -> dict[str, float]:
+    """Each entry's similarity plus `STAND_OUT_WEIGHT` times its lead over its store's crowd (the
+    store's `CROWD_RANK`-th entry after its best, or its last when it has fewer), by id.
+
+    `entries` must hold each store's nearest entries, as many as `candidates_per_store` asks for: a
+    store's crowd is read from its own candidates."""
+    stores: dict[str, list[RetrievedEntry]] = defaultdict(list)
+    for entry in entries:
+        stores[entry.store].append(entry)
+    scores: dict[str, float] = {}
+    for members in stores.values():
+        members.sort(key=lambda entry: entry.score, reverse=True)
+        crowd = members[min(CROWD_RANK, len(members) - 1)].score
+        for entry in members:
+            scores[entry.id] = entry.score + STAND_OUT_WEIGHT * (entry.score - crowd)
+    return scores
+
+
+def store_aware(entries: Sequence[RetrievedEntry], limit: int) -> list[RetrievedEntry]:
+    """The `limit` entries that stand out most from their stores' crowds (`stand_out_scores`), so a
+    large store's near-misses cannot crowd out a small store's one clear match."""
+    scores = stand_out_scores(entries)
+    return sorted(entries, key=lambda entry: scores[entry.id], reverse=True)[:limit]
+
+
+def fuse_by_rank(lists: Iterable[tuple[Sequence[RetrievedEntry], float]], limit: int) -> list[RetrievedEntry]:
+    """Reciprocal rank fusion: each entry scores weight / (`RRF_K` + rank) in every list holding it.
+    Lists are (entries best first, weight); an entry in several lists appears once."""
+    scores: dict[str, float] = defaultdict(float)
+    found: dict[str, RetrievedEntry] = {}
+    for ranked, weight in lists:
+        for rank, entry in enumerate(ranked, start=1):
+            scores[entry.id] += weight / (RRF_K + rank)
+            found.setdefault(entry.id, entry)
+    return sorted(found.values(), key=lambda entry: scores[entry.id], reverse=True)[:limit]
+
+
+def hybrid(entries: Sequence[RetrievedEntry], lexical: Sequence[RetrievedEntry], limit: int) -> list[RetrievedEntry]:
+    """The store-aware order fused by rank with the full-text search's (best first), the lexical
+    list at `LEXICAL_WEIGHT`: exact words (an id, an error message) lift the entries holding them."""
+    vector = store_aware(entries, len(entries))
+    return fuse_by_rank(((vector, 1.0), (lexical, LEXICAL_WEIGHT)), limit)
+
+
+def reorder(entries: Sequence[RetrievedEntry], scores: Mapping[int, float], limit: int) -> list[RetrievedEntry]:
+    """`entries` ordered by a reranker's scores (by position in `entries`); entries it did not score
+    follow in their given order."""
+    positions = sorted(range(len(entries)), key=lambda index: (index not in scores, -scores.get(index, 0.0), index))
+    return [entries[index] for index in positions][:limit]

@@ -1,0 +1,391 @@
+"""Ranking: each strategy's order on small labelled fixtures, the reranker and its fail-open, and the
+lexical index's migration on a database that existed before it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import psycopg
+import pytest
+from contextfold import Client, InvalidArgument
+from contextfold.v1 import memory_pb2, memory_pb2_grpc
+from contextfold_server.engine.entries import RetrievedEntry
+from contextfold_server.engine.ranking import (
+    CROWD_RANK,
+    by_similarity,
+    fuse_by_rank,
+    hybrid,
+    reorder,
+    stand_out_scores,
+    store_aware,
+)
+from contextfold_server.memory.reranker import Reranker, RerankFailed
+from contextfold_server.postgres import migrations
+from pgvector.psycopg import register_vector
+
+from .conftest import unique, user
+from .fake_reranker import FakeReranker
+from .servers import Postgres, ServerProcess, start_server
+
+# A personal assistant's memory in small: small talk that is loosely about everything, registered
+# first, and the preferences that matter. Each request lists the entry a person would inject.
+TOPICS = [
+    "the weather has been unusually warm this week",
+    "it rained all weekend",
+    "a heatwave is forecast",
+    "a sudden thunderstorm knocked out the power briefly",
+    "the airport security line took forever last time",
+    "flights seem more cramped every year",
+    "a hotel they once stayed in had a noisy air conditioner",
+    "a train journey had beautiful views of the coast",
+    "the new burger place near the office always has a queue",
+    "a restaurant got their order wrong but apologised",
+    "the team lunch was at a ramen place",
+    "a new bakery opened on the corner",
+]
+# As small talk is kept: each topic come up again and again.
+SMALL_TALK = [
+    f"{opener} {topic}."
+    for topic in TOPICS
+    for opener in ("Small talk:", "Chatted about how", "They joked that", "Mentioned over coffee that")
+]
+PREFERENCES = {
+    "units": "Wants temperatures in Celsius and distances in kilometres.",
+    "aisle": "Prefers an aisle seat on flights longer than two hours.",
+    "quiet": "Needs a quiet table in restaurants because of mild hearing loss in the left ear.",
+    "scifi": "Reads science fiction on an e-reader before bed.",
+    "run": "Runs three mornings a week, usually 5 to 8 kilometres.",
+}
+ASKS = {
+    "How hot will it be tomorrow?": "units",
+    "Pick a seat for my flight to New York.": "aisle",
+    "Suggest a restaurant for Friday night.": "quiet",
+}
+
+
+def entry(entry_id: str, store: str, score: float) -> RetrievedEntry:
+    return RetrievedEntry(entry_id, store, "", score)
+
+
+# The strategies as pure functions
+
+
+def test_similarity_ranks_by_score_alone_across_stores() -> None:
+    entries = [entry("a", "s1", 0.1), entry("b", "s2", 0.9), entry("c", "s1", 0.9)]
+    assert [e.id for e in by_similarity(entries, 2)] == ["b", "c"], "ties keep their given order"
+
+
+def test_store_aware_puts_a_small_store_s_clear_match_above_a_large_store_s_near_misses() -> None:
+    # Twenty near-misses a little below each other, and one entry far above its own store's others.
+    chatter = [entry(f"chat-{n}", "chatter", 0.60 - n * 0.005) for n in range(20)]
+    preferences = [entry("units", "preferences", 0.55)] + [
+        entry(f"pref-{n}", "preferences", 0.25 - n * 0.01) for n in range(8)
+    ]
+    entries = chatter + preferences
+
+    assert "units" not in [e.id for e in by_similarity(entries, 5)]
+    ranked = store_aware(entries, 5)
+    assert ranked[0].id == "units"
+    assert [e.id for e in ranked[1:]] == ["chat-0", "chat-1", "chat-2", "chat-3"]
+
+
+def test_a_store_s_crowd_is_its_entry_crowd_rank_places_below_its_best_or_its_last() -> None:
+    many = [entry(f"m{n}", "many", 1.0 - n * 0.1) for n in range(CROWD_RANK + 3)]
+    few = [entry("f0", "few", 0.5), entry("f1", "few", 0.3)]
+    scores = stand_out_scores(many + few)
+    crowd = many[CROWD_RANK].score
+    assert scores["m0"] == pytest.approx(1.0 + 2.0 * (1.0 - crowd))
+    assert scores[f"m{CROWD_RANK}"] == pytest.approx(crowd), "the crowd itself stands out by nothing"
+    assert scores["f0"] == pytest.approx(0.5 + 2.0 * 0.2) and scores["f1"] == pytest.approx(0.3)
+
+
+def test_fusing_by_rank_counts_each_list_s_rank_once_per_entry() -> None:
+    vector = [entry("a", "s", 0.9), entry("b", "s", 0.8), entry("c", "s", 0.7)]
+    lexical = [entry("c", "s", 0.7), entry("d", "s", 0.1)]
+    fused = fuse_by_rank(((vector, 1.0), (lexical, 1.0)), 4)
+    assert [e.id for e in fused] == ["c", "a", "b", "d"], "c is in both lists; d only at rank 2 of one"
+    assert [e.id for e in fuse_by_rank(((vector, 1.0), (lexical, 0.01)), 4)][:3] == ["a", "b", "c"]
+
+
+def test_hybrid_lifts_an_entry_holding_the_query_s_exact_words() -> None:
+    nearest = [entry(f"e{n}", "incidents", 0.8 - n * 0.01) for n in range(10)]
+    exact = nearest[9]
+    assert exact not in store_aware(nearest, 5)
+    assert hybrid(nearest, [exact], 5)[0] == exact
+
+
+def test_a_reranker_s_scores_order_the_entries_and_unscored_ones_follow() -> None:
+    entries = [entry(name, "s", 0.5) for name in "abcd"]
+    assert [e.id for e in reorder(entries, {2: 0.9, 0: 0.1, 3: 0.5}, 4)] == ["c", "d", "a", "b"]
+
+
+# Through the service
+
+
+@pytest.fixture
+def assistant_memory(client: Client, make_store) -> list[str]:
+    """The small talk first (registration order), then the preferences, under test-unique ids."""
+    small_talk = make_store("smalltalk", description="Small talk from past conversations.")
+    preferences = make_store("preferences", description="The user's likes, dislikes and habits.")
+    client.add_memories(small_talk, SMALL_TALK)
+    prefix = unique("pref")
+    client.add_memories(preferences, [{"id": f"{prefix}-{key}", "content": text} for key, text in PREFERENCES.items()])
+    return [small_talk, preferences, prefix]
+
+
+def test_the_default_ranking_is_store_aware_and_finds_what_similarity_misses(
+    client: Client, assistant_memory: list[str]
+) -> None:
+    *stores, prefix = assistant_memory
+    for ask, wanted in ASKS.items():
+        by_default = client.inject([user(ask)], stores=stores)
+        assert by_default.report.ranking == memory_pb2.RANKING_STORE_AWARE
+        assert "rank" in by_default.report.stage_durations
+        assert by_default.report.entries[0].id == f"{prefix}-{wanted}", ask
+    # Under similarity alone, the small talk about the weather takes all five places.
+    plain = client.inject([user("How hot will it be tomorrow?")], stores=stores, ranking="similarity")
+    assert plain.report.ranking == memory_pb2.RANKING_SIMILARITY
+    assert {e.store for e in plain.report.entries} == {stores[0]}
+
+
+def test_search_memories_ranks_the_same_way_and_says_how(
+    server: ServerProcess, client: Client, assistant_memory: list[str]
+) -> None:
+    *stores, prefix = assistant_memory
+    ask = "How hot will it be tomorrow?"
+    with grpc.insecure_channel(server.address) as channel:
+        response = memory_pb2_grpc.MemoryServiceStub(channel).SearchMemories(
+            memory_pb2.SearchMemoriesRequest(query=ask, stores=stores, max_results=5), timeout=30
+        )
+    assert response.ranking == memory_pb2.RANKING_STORE_AWARE
+    assert response.results[0].memory.id == f"{prefix}-units"
+    injected = client.inject([user(ask)], stores=stores)
+    assert [r.memory.id for r in response.results] == [e.id for e in injected.report.entries]
+    by_score = client.search_memories(ask, stores=stores, ranking="similarity")
+    scores = [r.score for r in by_score]
+    assert scores == sorted(scores, reverse=True) and f"{prefix}-units" not in [r.memory.id for r in by_score]
+
+
+def test_a_min_score_leaves_out_what_is_below_it_whatever_the_ranking(
+    client: Client, assistant_memory: list[str]
+) -> None:
+    *stores, _ = assistant_memory
+    for ranking in ("similarity", "store_aware", "hybrid"):
+        found = client.search_memories("Pick a seat for my flight.", stores=stores, ranking=ranking, min_score=0.3)
+        assert found and all(r.score >= 0.3 for r in found), ranking
+
+
+# Incident reviews that all say what happened; the one asked for by its id says it differently.
+INCIDENTS = {
+    "4417": "INC-4417: a TLS certificate expired on the internal gateway.",
+    "4471": "INC-4471: what happened: checkout was down after a bad deploy.",
+    "4147": "INC-4147: what happened: the orders queue backed up for an hour.",
+    "7144": "INC-7144: what happened: payments were degraded at the provider.",
+    "1744": "INC-1744: what happened: a cache node restarted and pages slowed.",
+    "4714": "INC-4714: what happened: search returned stale prices.",
+}
+
+
+def test_hybrid_ranks_the_entry_with_the_exact_identifier_first(client: Client, make_store) -> None:
+    stand_ups = make_store("standups")
+    incidents = make_store("incidents")
+    client.add_memories(
+        stand_ups,
+        [f"Stand-up: yesterday looked into checkout incident follow-ups, part {n}; no blockers." for n in range(12)],
+    )
+    prefix = unique("inc")
+    client.add_memories(incidents, [{"id": f"{prefix}-{key}", "content": text} for key, text in INCIDENTS.items()])
+    ask = "What happened in INC-4417?"
+
+    vector_only = [e.id for e in client.inject([user(ask)], stores=[stand_ups, incidents]).report.entries]
+    assert vector_only[0] != f"{prefix}-4417", "the codes look alike to the embedding"
+    result = client.inject([user(ask)], stores=[stand_ups, incidents], ranking="hybrid")
+    assert result.report.ranking == memory_pb2.RANKING_HYBRID
+    assert result.report.entries[0].id == f"{prefix}-4417"
+    # Words alone are not enough to be found: an entry needs them to be rare.
+    common = client.inject([user("checkout latency orders")], stores=[stand_ups, incidents], ranking="hybrid")
+    assert common.injected and common.report.ranking == memory_pb2.RANKING_HYBRID
+
+
+def test_rerank_without_a_reranker_is_refused_naming_the_field(client: Client) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        client.inject([user("hello")], ranking="rerank")
+    assert [violation[0] for violation in raised.value.field_violations] == ["memory.ranking"]
+    with pytest.raises(InvalidArgument) as raised:
+        client.search_memories("hello", ranking="rerank")
+    assert [violation[0] for violation in raised.value.field_violations] == ["ranking"]
+    with pytest.raises(ValueError, match="unknown ranking"):
+        client.inject([user("hello")], ranking="alphabetical")
+
+
+# The reranker
+
+
+@pytest.fixture(scope="module")
+def fake_reranker() -> Iterator[FakeReranker]:
+    reranker = FakeReranker()
+    yield reranker
+    reranker.close()
+
+
+@pytest.fixture(scope="module")
+def reranking_server(tmp_path_factory: pytest.TempPathFactory, fake_reranker: FakeReranker) -> Iterator[Client]:
+    root = tmp_path_factory.mktemp("reranking")
+    process = start_server(
+        root / "server.log",
+        "--data-dir",
+        str(root / "pgdata"),
+        "--reranker-url",
+        f"{fake_reranker.base_url}/rerank",
+        "--reranker-timeout-ms",
+        "250",
+        env={"CONTEXTFOLD_RERANKER_API_KEY": "sk-rerank"},
+    )
+    try:
+        with Client(process.address, timeout=30) as cf:
+            yield cf
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+@pytest.fixture
+def memory_to_rerank(reranking_server: Client) -> list[str]:
+    store = unique("notes")
+    reranking_server.create_store(store)
+    reranking_server.add_memories(
+        store,
+        [
+            {"id": f"{store}-0", "content": "The garden shed needs a new roof before winter."},
+            {"id": f"{store}-1", "content": "The shed key hangs by the back door."},
+            {"id": f"{store}-2", "content": "Garden tools: the spade and the rake are in the shed."},
+            {"id": f"{store}-3", "content": "Roses in the garden were planted in spring."},
+        ],
+    )
+    return [store]
+
+
+def test_the_reranker_orders_the_candidates_and_the_report_says_so(
+    reranking_server: Client, memory_to_rerank: list[str], fake_reranker: FakeReranker
+) -> None:
+    fake_reranker.mode = "ok"
+    ask = "where is the shed key kept by the back door"
+    result = reranking_server.inject([user(ask)], stores=memory_to_rerank, ranking="rerank", max_entries=2)
+    assert result.report.ranking == memory_pb2.RANKING_RERANK
+    store = memory_to_rerank[0]
+    assert [e.id for e in result.report.entries] == [f"{store}-1", f"{store}-2"]
+    sent = fake_reranker.requests[-1]
+    assert sent["path"] == "/rerank" and sent["auth"] == "Bearer sk-rerank"
+    assert sent["body"]["query"] == ask and len(sent["body"]["texts"]) == 4
+
+
+@pytest.mark.parametrize("mode", ["error", "garbage", "out_of_range", "slow"])
+def test_a_failing_reranker_leaves_the_store_aware_order_and_the_report_says_why(
+    reranking_server: Client, memory_to_rerank: list[str], fake_reranker: FakeReranker, mode: str
+) -> None:
+    fake_reranker.mode, fake_reranker.delay = mode, 2.0
+    ask = "where is the shed key kept by the back door"
+    try:
+        result = reranking_server.inject([user(ask)], stores=memory_to_rerank, ranking="rerank", timeout=5)
+    finally:
+        fake_reranker.mode = "ok"
+    assert result.injected, "injection fails open"
+    assert result.report.ranking == memory_pb2.RANKING_STORE_AWARE
+    assert "the reranker failed" in result.report.detail
+    if mode == "slow":
+        assert "no answer within 250 ms" in result.report.detail
+        assert result.report.stage_durations["rank"].ToNanoseconds() < 1.5e9
+    store_aware_order = reranking_server.inject([user(ask)], stores=memory_to_rerank, ranking="store_aware")
+    assert [e.id for e in result.report.entries] == [e.id for e in store_aware_order.report.entries]
+
+
+def test_the_cohere_shape_is_spoken_too(fake_reranker: FakeReranker) -> None:
+    async def ask() -> dict[int, float]:
+        reranker = Reranker(f"{fake_reranker.base_url}/v1/rerank", api="cohere", model="rerank-v3.5", timeout=2)
+        try:
+            return await reranker.rerank("shed key", ["garden roses", "the shed key is by the door"])
+        finally:
+            await reranker.close()
+
+    fake_reranker.mode = "ok"
+    assert asyncio.run(ask()) == {0: 0.0, 1: 2.0}
+    body = fake_reranker.requests[-1]["body"]
+    assert body == {
+        "query": "shed key",
+        "documents": ["garden roses", "the shed key is by the door"],
+        "top_n": 2,
+        "model": "rerank-v3.5",
+    }
+
+
+def test_an_unreachable_reranker_is_a_failure_to_report_not_an_error() -> None:
+    async def ask() -> None:
+        reranker = Reranker("http://127.0.0.1:9/rerank", timeout=1)
+        try:
+            await reranker.rerank("q", ["a"])
+        finally:
+            await reranker.close()
+
+    with pytest.raises(RerankFailed, match="unreachable"):
+        asyncio.run(ask())
+
+
+# The lexical index on a database from before it
+
+
+def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = Postgres(tmp_path / "pgdata")
+    server: ServerProcess | None = None
+    try:
+        # The schema as it was before ranking (migration 9), holding entries.
+        before = [(version, statements) for version, statements in migrations.MIGRATIONS if version < 10]
+        monkeypatch.setattr(migrations, "MIGRATIONS", before)
+        asyncio.run(migrations.migrate(database.url))
+        rng = np.random.default_rng(10)
+        with psycopg.connect(database.url, autocommit=True) as conn:
+            register_vector(conn)
+            conn.execute(
+                "INSERT INTO contextfold.stores (namespace, name, dimension) VALUES (%s, 'incidents', 384)",
+                (migrations.OPEN_NAMESPACE,),
+            )
+            for number in range(50):
+                vector = rng.normal(size=384).astype(np.float32)
+                conn.execute(
+                    "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
+                    " VALUES (%s, %s, 'incidents', %s, 384, %s)",
+                    (
+                        migrations.OPEN_NAMESPACE,
+                        f"old-{number}",
+                        f"INC-{9000 + number}: a service was slow for a while.",
+                        vector / np.linalg.norm(vector),
+                    ),
+                )
+        monkeypatch.undo()
+
+        server = start_server(tmp_path / "server.log", "--database-url", database.url)
+        with psycopg.connect(database.url, autocommit=True) as conn:
+            versions = [row[0] for row in conn.execute("SELECT version FROM contextfold.migrations ORDER BY 1")]
+            assert versions[-1] == 10
+            index = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = 'contextfold' AND indexname = 'memories_lexemes'"
+            ).fetchone()
+            assert index is not None and "gin (lexemes)" in index[0]
+            assert conn.execute(
+                "SELECT count(*) FROM contextfold.memories WHERE lexemes @@ plainto_tsquery('english', 'INC-9031')"
+            ).fetchone() == (1,)
+        with Client(server.address, timeout=30) as cf:
+            # The vectors are random: what finds the entry is its words.
+            found = cf.search_memories("What happened in INC-9031?", ranking="hybrid", stores=["incidents"])
+            assert "old-31" in [r.memory.id for r in found]
+            cf.add_memories("incidents", [{"id": "new-1", "content": "INC-9999: the new one.", "vector": [0.1] * 384}])
+            found = cf.search_memories("INC-9999", ranking="hybrid", stores=["incidents"])
+            assert "new-1" in [r.memory.id for r in found], "entries added since are indexed too"
+    finally:
+        if server is not None:
+            assert server.stop() == 0, server.log()
+        database.cleanup()
