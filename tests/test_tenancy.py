@@ -156,9 +156,13 @@ def test_two_tenants_never_see_each_other(server: ServerProcess, tenants: Tenant
     assert acme.get_memory(secret.id).content == "Acme plans to acquire Initech"
 
     # Search, list, scope filters and Inject see the caller's namespace only.
+    # Every ranking: the full-text search (run as the schema's owner) reads the caller's namespace too.
     for scope in (None, {"user_id": "ceo"}):
-        found = globex.search_memories("acquire Initech launch Friday", scope=scope, max_results=50)
-        assert all("Acme" not in result.memory.content for result in found)
+        for ranking in ("similarity", "store_aware", "hybrid"):
+            found = globex.search_memories(
+                "acquire Initech launch Friday", scope=scope, max_results=50, ranking=ranking
+            )
+            assert all("Acme" not in result.memory.content for result in found), ranking
     assert [m.content for m in globex.list_memories(shared, scope={"user_id": "ceo"})] == ["Globex ships on Monday"]
     result = globex.inject([user("When does the launch happen? Any acquisitions?")], max_entries=20)
     assert result.report.injected

@@ -43,6 +43,9 @@ RRF_K = 60
 # rare word (an incident id) then comes first unless several entries rank well in both lists. At half
 # the weight, an exact id several places down the vector list stayed there (tests/test_ranking.py).
 LEXICAL_WEIGHT = 1.0
+# The entries nearest across the stores read first when a large store is searched: one with
+# `candidates_per_store` of them (the store a query's near-misses come from) needs no reading of its own.
+POOL_CANDIDATES = 40
 # Entries the lexical search contributes, and the candidates a reranker is asked to order.
 LEXICAL_CANDIDATES = 20
 RERANK_CANDIDATES = 20

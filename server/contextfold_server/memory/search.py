@@ -15,7 +15,7 @@ from ..engine.ranking import Ranking
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
 from .reranker import Reranker, RerankFailed
-from .store import PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
+from .store import Candidate, MemoryRecord, PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
 
 
 @dataclass(frozen=True)
@@ -91,33 +91,37 @@ class MemorySearcher:
             query = replace(query, vector=tuple(vector))
             durations["embed"] = time.perf_counter() - started
         strategy = query.ranking or self.default_ranking
-        per_store = ranking.candidates_per_store(strategy, query.limit)
-        # Words to match need words: a query given only as a vector is ranked store-aware.
-        lexical = ranking.LEXICAL_CANDIDATES if strategy is Ranking.HYBRID and query.text.strip() else 0
         searching = time.perf_counter()
         with span("contextfold.search", stores=len(query.stores), limit=query.limit, ranking=strategy.value):
-            known, records = await self.store.search(namespace, scope, query, per_store, lexical)
+            if strategy is Ranking.SIMILARITY:
+                known, records = await self.store.search(namespace, scope, query)
+            else:
+                # Words to match need words: a query given only as a vector has no lexical candidates.
+                lexical = ranking.LEXICAL_CANDIDATES if strategy is Ranking.HYBRID and query.text.strip() else 0
+                per_store = ranking.candidates_per_store(strategy, query.limit)
+                known, candidates = await self.store.candidates(
+                    namespace, scope, query, per_store, ranking.POOL_CANDIDATES, lexical
+                )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
         if strategy is Ranking.SIMILARITY:
             return _Found(records, query.vector, strategy), durations, unsearchable
         ranking_started = time.perf_counter()
-        found = await self._rank(strategy, query, records, deadline)
+        found = await self._rank(strategy, query, candidates, deadline)
         durations["rank"] = time.perf_counter() - ranking_started
         return replace(found, vector=query.vector), durations, unsearchable
 
     async def _rank(
-        self, strategy: Ranking, query: SearchQuery, records: list[ScoredRecord], deadline: float | None
+        self, strategy: Ranking, query: SearchQuery, candidates: list[Candidate], deadline: float | None
     ) -> _Found:
-        """`records` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
+        """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`. A reranker that fails leaves the store-aware order."""
-        by_id = {record.memory.id: record for record in records}
+        found = {candidate.memory.id: candidate for candidate in candidates}
         # An entry may come both from the nearest across the stores and from its store's own nearest.
-        nearest = list({record.memory.id: _entry(record) for record in records if record.lexical is None}.values())
+        nearest = list({c.memory.id: _entry(c.memory, c.score) for c in candidates if c.lexical is None}.values())
         if strategy is Ranking.HYBRID:
-            found = sorted((record for record in records if record.lexical is not None), key=_lexical_weight)
-            lexical = [_entry(record) for record in found]
-            order = ranking.hybrid(nearest, lexical, len(by_id))
+            words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
+            order = ranking.hybrid(nearest, [_entry(c.memory, c.score) for c in words], len(found))
         else:
             order = ranking.store_aware(nearest, len(nearest))
         if query.min_score is not None:
@@ -129,7 +133,8 @@ class MemorySearcher:
                 order = await self._rerank(query.text, pool, deadline)
             except RerankFailed as error:
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
-        return _Found([by_id[entry.id] for entry in order[: query.limit]], (), strategy, notes)
+        chosen = [ScoredRecord(found[entry.id].memory, entry.score) for entry in order[: query.limit]]
+        return _Found(chosen, (), strategy, notes)
 
     async def _rerank(self, text: str, pool: list[RetrievedEntry], deadline: float | None) -> list[RetrievedEntry]:
         assert self.reranker is not None  # check_ranking refused the request otherwise
@@ -157,7 +162,7 @@ class MemorySearcher:
                 else f"store {name!r} was left out: {_dimensions_differ(len(found.vector), name, dimension)}"
                 for name, dimension in unsearchable
             )
-            entries = [_entry(record) for record in found.records]
+            entries = [_entry(record.memory, record.score) for record in found.records]
             return SearchResult(
                 entries=entries, durations=durations, left_out=left_out, notes=found.notes, ranking=found.ranking
             )
@@ -165,19 +170,14 @@ class MemorySearcher:
         return search
 
 
-def _lexical_weight(record: ScoredRecord) -> float:
-    """Sorts the lexical candidates heaviest first."""
-    return -(record.lexical or 0.0)
-
-
-def _entry(record: ScoredRecord) -> RetrievedEntry:
+def _entry(memory: MemoryRecord, score: float) -> RetrievedEntry:
     return RetrievedEntry(
-        id=record.memory.id,
-        store=record.memory.store,
-        content=record.memory.content,
-        score=record.score,
-        metadata=record.memory.metadata,
-        created_at=record.memory.create_time,
+        id=memory.id,
+        store=memory.store,
+        content=memory.content,
+        score=score,
+        metadata=memory.metadata,
+        created_at=memory.create_time,
     )
 
 

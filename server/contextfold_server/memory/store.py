@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from ..engine.memory import SearchQuery
 from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from ..postgres.migrations import LEXICAL_CONFIG, SCHEMA
+from ..postgres.migrations import SCHEMA
 from ..postgres.pool import Connection, Database, NamespaceConnection
 
 
@@ -71,8 +71,15 @@ class MemoryRecord:
 class ScoredRecord:
     memory: MemoryRecord
     score: float
-    # The full-text search's weight, for an entry it found (the lexical candidates); None for the
-    # vector search's.
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An entry a ranking weighs: its similarity to the query, and for one the full-text search found,
+    the weight of the query's rare words it holds (None for the vector search's)."""
+
+    memory: MemoryRecord
+    score: float
     lexical: float | None = None
 
 
@@ -116,6 +123,11 @@ def _scope_filter(columns: Iterable[str]) -> sql.Composable:
     )
 
 
+# The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
+_KNOWN_ONCE = (
+    "CASE WHEN row_number() OVER () = 1"
+    " THEN (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) END AS known"
+)
 _KNOWN_STORES = (
     "WITH known AS MATERIALIZED ("
     " SELECT name, dimension FROM {stores}"
@@ -138,7 +150,7 @@ def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
             " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
             " AND NOT (id = ANY(%(exclude)s)){scope}"
             " ORDER BY distance LIMIT %(limit)s"
-            ") SELECT (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) AS known, found.*"
+            ") SELECT " + _KNOWN_ONCE + ", found.*"
             " FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
             " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
             " ORDER BY found.distance"
@@ -154,67 +166,31 @@ def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
     )
 
 
-# The nearest entries across the stores read first (`nearest_per_store`): a store with enough of them
-# among these (the large one a query's near-misses come from) needs no reading of its own.
-POOL_CANDIDATES = 40
-
-# A word of the query counts for the lexical search when few entries hold it: at most one in a hundred
-# of the stores searched (counted up to RARE_WORD_SAMPLE), and never more than RARE_WORD_ENTRIES.
-# Rarer words weigh more (ln((RARE_WORD_ENTRIES + 1) / entries holding it)); commoner ones tell
-# little, and ranking every entry holding one would cost a scan of thousands.
-RARE_WORD_ENTRIES = 100
-RARE_WORD_SAMPLE = 100 * RARE_WORD_ENTRIES
-
-
 @functools.lru_cache(maxsize=128)
-def _per_store_query(dimension: int, scoped: tuple[str, ...], lexical: bool) -> str:
-    """The search statement for rankings that read each store's candidates (`nearest_per_store`,
-    migration 10), and with `lexical` the full-text search's besides, composed once per shape.
-
-    The lexical search weighs each of the query's words (its lexemes, as the index has them) by how
-    rare it is among the namespace's entries, counting at most `RARE_WORD_ENTRIES + 1` through the
-    inverted index, and ranks the entries holding rare ones (`RARE_WORD_ENTRIES`) by the sum of their
-    words' weights."""
+def _candidates_query(dimension: int, lexical: bool) -> str:
+    """The statement reading the candidates of rankings that judge each store's (`nearest_per_store`,
+    migration 10) and with `lexical` the entries holding the query's rare words besides, heaviest first
+    (`rare_word_matches`): each entry with its distance, and its words' weight when it holds any.
+    Composed once per shape."""
     words = (
-        ", searched AS MATERIALIZED ("
-        " SELECT greatest(1, least({rare}, count(*) / 100)) AS rare FROM (SELECT FROM {memories}"
-        " WHERE namespace = %(namespace)s AND dimension = {dim}"
-        " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})) LIMIT {sample}) AS s"
-        "), terms AS MATERIALIZED ("
-        " SELECT plainto_tsquery('simple', t.lexeme) AS query FROM unnest(to_tsvector({config}, %(words)s)) AS t"
-        # Words the table's statistics already know as common (in more than one entry in a hundred) are
-        # not counted: counting reads every entry holding them.
-        " WHERE NOT EXISTS (SELECT FROM pg_stats AS s,"
-        " unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, frequency)"
-        " WHERE s.schemaname = {schema} AND s.tablename = 'memories' AND s.attname = 'lexemes'"
-        " AND e.lexeme = t.lexeme AND e.frequency > 0.01)"
-        "), counted AS MATERIALIZED ("
-        " SELECT t.query, (SELECT count(*) FROM (SELECT FROM {memories} m"
-        " WHERE m.namespace = %(namespace)s AND m.lexemes @@ t.query LIMIT {rare_limit}) AS c) AS entries"
-        " FROM terms AS t"
-        "), words AS MATERIALIZED ("
+        ", words AS MATERIALIZED ("
         " SELECT {m_columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
-        " ranked.weight AS lexical FROM (SELECT hit.id, sum(ln(({rare} + 1.0) / c.entries)) AS weight"
-        " FROM counted AS c CROSS JOIN LATERAL (SELECT id FROM {memories}"
-        " WHERE namespace = %(namespace)s AND dimension = {dim} AND lexemes @@ c.query"
-        " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
-        " AND NOT (id = ANY(%(exclude)s)){scope} LIMIT {rare}) AS hit"
-        " WHERE c.entries BETWEEN 1 AND (SELECT rare FROM searched)"
-        " GROUP BY hit.id ORDER BY weight DESC, hit.id LIMIT %(lexical)s"
-        ") AS ranked JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = ranked.id"
+        " rare.weight AS lexical FROM {rare_words}(%(words)s,"
+        " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
+        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS rare"
+        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = rare.id"
         ")"
         if lexical
         else ""
     )
     return (
         sql.SQL(
-            _KNOWN_STORES + ", near AS MATERIALIZED ("
+            # The function is read where it is called, not through a CTE: a CTE copies what it returns.
+            _KNOWN_STORES + words + " SELECT " + _KNOWN_ONCE + ","
+            " found.* FROM (SELECT 1) AS one LEFT JOIN ("
             " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
             " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
-            " %(exclude)s,"
-            " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3])"
-            ")" + words + " SELECT (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) AS known,"
-            " found.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM near"
+            " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3])"
             + (" UNION ALL SELECT * FROM words" if lexical else "")
             + ") AS found ON true"
         )
@@ -223,13 +199,8 @@ def _per_store_query(dimension: int, scoped: tuple[str, ...], lexical: bool) -> 
             nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
             m_columns=sql.SQL(", ").join(sql.Identifier("m", column) for column in _MEMORY_COLUMNS.split(", ")),
             memories=sql.Identifier(SCHEMA, "memories"),
-            config=sql.Literal(LEXICAL_CONFIG),
             dim=sql.Literal(dimension),
-            rare=sql.Literal(RARE_WORD_ENTRIES),
-            rare_limit=sql.Literal(RARE_WORD_ENTRIES + 1),
-            sample=sql.Literal(RARE_WORD_SAMPLE),
-            schema=sql.Literal(SCHEMA),
-            scope=_scope_filter(scoped),
+            rare_words=sql.Identifier(SCHEMA, "rare_word_matches"),
         )
         .as_string(None)
     )
@@ -383,19 +354,11 @@ class PostgresMemoryStore:
             return [stored[row_id] for row_id in ids]
 
     async def search(
-        self, namespace: str, scope: Scope, query: SearchQuery, per_store: int = 0, lexical: int = 0
+        self, namespace: str, scope: Scope, query: SearchQuery
     ) -> tuple[dict[str, int], list[ScoredRecord]]:
         """In one round trip: the dimension of each store asked for that exists (every store of the
-        namespace when `query.stores` is empty), and, among the stores of `query.vector`'s dimension,
-        the candidates a ranking needs, each with its similarity to the vector:
-
-        - `per_store` 0: the `query.limit` entries nearest to the vector across the stores, most
-          similar first, none below `query.min_score`;
-        - `per_store` n: the n nearest in each store (a store's crowd counts the entries below
-          `min_score` too: the caller leaves them out once ranked);
-        - with `lexical` n besides: up to n entries matching `query.text`'s words, best first by
-          full-text weight, each with its `lexical` weight; an entry found both ways comes once from each.
-        """
+        namespace when `query.stores` is empty), and the `query.limit` entries nearest to
+        `query.vector` across those of its dimension, most similar first, none below `query.min_score`."""
         scoped = scope.fields()
         params = {
             "namespace": namespace,
@@ -406,25 +369,38 @@ class PostgresMemoryStore:
             "limit": query.limit,
             "max_distance": None if query.min_score is None else 1.0 - query.min_score,
         }
-        if per_store:
-            params |= {
-                "per_store": per_store,
-                "pool": max(per_store, POOL_CANDIDATES),
-                "scope": [scope.user_id, scope.agent_id, scope.session_id],
-            }
-            if lexical:
-                params |= {"words": query.text, "lexical": lexical}
-            statement = _per_store_query(len(query.vector), tuple(scoped), bool(lexical))
-        else:
-            statement = _search_query(len(query.vector), tuple(scoped))
-        rows = await self._database.read(namespace, statement, params)
-        known = dict(rows[0]["known"])
-        results = [
-            ScoredRecord(_memory(row), 1.0 - float(row["distance"]), row.get("lexical"))
+        rows = await self._database.read(namespace, _search_query(len(query.vector), tuple(scoped)), params)
+        known = dict(next(row["known"] for row in rows if row["known"] is not None))
+        results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
+        return known, results
+
+    async def candidates(
+        self, namespace: str, scope: Scope, query: SearchQuery, per_store: int, pool: int, lexical: int = 0
+    ) -> tuple[dict[str, int], list[Candidate]]:
+        """In one round trip: the dimension of each store asked for that exists (as `search`), and among
+        the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
+        where it matters (`nearest_per_store`, with a first pass of `pool` across them), and with
+        `lexical`, up to that many entries holding the rare words of `query.text`. An entry may come
+        more than once. `query.min_score` is not applied: a store's crowd counts every entry."""
+        params = {
+            "namespace": namespace,
+            "names": list(query.stores),
+            "vector": np.asarray(query.vector, dtype=np.float32),
+            "exclude": sorted(query.exclude_ids),
+            "per_store": per_store,
+            "pool": max(per_store, pool),
+            "scope": [scope.user_id, scope.agent_id, scope.session_id],
+        }
+        if lexical:
+            params |= {"words": query.text, "lexical": lexical}
+        rows = await self._database.read(namespace, _candidates_query(len(query.vector), bool(lexical)), params)
+        known = dict(next(row["known"] for row in rows if row["known"] is not None))
+        found = [
+            Candidate(_memory(row), 1.0 - float(row["distance"]), row["lexical"])
             for row in rows
             if row["id"] is not None
         ]
-        return known, results
+        return known, found
 
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = _UNSCOPED) -> MemoryRecord:
         """The entry, if it exists within `scope`: outside it, it does not."""

@@ -30,6 +30,9 @@ _TENANT_TABLES = ("stores", "memories", "providers")
 
 # The text search configuration of the lexical index: English stemming and stop words.
 LEXICAL_CONFIG = "english"
+# A word counts for the lexical search when at most one in a hundred of the entries searched hold it, and
+# at most this many.
+RARE_WORD_ENTRIES = 20
 # A store of at most this many entries is searched exactly, from its rows (about a microsecond each);
 # a larger one through the vector index.
 EXACT_STORE_ENTRIES = 1000
@@ -183,15 +186,18 @@ MIGRATIONS: list[tuple[int, str]] = [
         # Ranking (memory/ranking.py). `lexemes`: each entry's words for full-text search, kept by
         # Postgres itself, with an inverted index; adding the column rewrites the table once.
         #
-        # `nearest_per_store`: the p_per_store entries nearest to a vector within each of the stores.
-        # A store of at most EXACT_STORE_ENTRIES entries (a bounded count tells) is read exactly, from
-        # its rows, by a statement planned once per connection. The larger ones (and every store of a
-        # scoped search) are read through the dimension's vector index: first the p_pool nearest across
-        # them, where a store with p_per_store of them (the large store a query's near-misses come from)
-        # has its nearest; then each other one on its own. Those statements are planned for their values,
-        # so a narrow scope is read through its own index. Only the dimension, an integer, is written
-        # into a statement: each dimension's vector index is over its own cast. An entry may come twice
-        # (from the pool and from its store): callers keep one.
+        # `nearest_per_store`: the entries nearest to a vector in each of the stores, p_per_store of each
+        # where it matters. A store of at most EXACT_STORE_ENTRIES entries (within the scope; a bounded
+        # count tells) is read exactly, from its rows. When larger ones are searched too, the p_pool
+        # nearest across all the stores come first, through the dimension's vector index: a large store
+        # with p_per_store of them (the store a query's near-misses come from) has its nearest there;
+        # one with fewer is not read again (its entries near the query are fewer and farther, and are
+        # judged by what the pool holds of them). Unscoped, the small stores' statements are planned
+        # once per connection; scoped, each is planned for the scope's values, so a narrow scope is read
+        # through its own index. Only the dimension, an integer, is written into a statement: each
+        # dimension's vector index is over its own cast. An entry may come twice (from the pool and from
+        # its store): callers keep one. Every statement reads an index, never the whole table: a generic
+        # plan knows no store's size, and a sequential scan would read every tenant's rows.
         f"""
         ALTER TABLE {SCHEMA}.memories
             ADD COLUMN lexemes tsvector GENERATED ALWAYS AS (to_tsvector('{LEXICAL_CONFIG}', content)) STORED;
@@ -202,65 +208,129 @@ MIGRATIONS: list[tuple[int, str]] = [
         ) RETURNS TABLE (
             id text, store text, content text, metadata jsonb, user_id text, agent_id text,
             session_id text, create_time timestamptz, seq bigint, distance float8
-        ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
+        ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $function$
         DECLARE
             p_store text;
             p_entries integer;
-            p_found record;
-            p_large text[] := '{{}}';
-            p_pooled text[] := '{{}}';
+            p_small text[] := '{{}}';
+            p_large boolean := false;
             p_scoped boolean := p_user_id <> '' OR p_agent_id <> '' OR p_session_id <> '';
-            p_select constant text := 'SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id,'
-                ' m.session_id, m.create_time, m.seq, ((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance'
-                ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
+            p_scope constant text := ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
                 ' AND NOT (m.id = ANY($4)) AND ($5 = '''' OR m.user_id = $5) AND ($6 = '''' OR m.agent_id = $6)'
                 ' AND ($7 = '''' OR m.session_id = $7)';
+            p_columns constant text := 'SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id,'
+                ' m.session_id, m.create_time, m.seq, ';
         BEGIN
-            FOREACH p_store IN ARRAY p_stores LOOP
-                IF NOT p_scoped THEN
-                    SELECT count(*) INTO p_entries FROM (
-                        SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = p_store
-                        LIMIT {EXACT_STORE_ENTRIES + 1}
-                    ) AS counted;
-                    IF p_entries <= {EXACT_STORE_ENTRIES} THEN
-                        RETURN QUERY
-                            SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id, m.session_id,
-                                m.create_time, m.seq, (m.embedding <=> p_vector)::float8
-                            FROM {SCHEMA}.memories m
-                            WHERE m.namespace = p_namespace AND m.store = p_store AND m.dimension = p_dimension
-                                AND NOT (m.id = ANY(p_exclude))
-                            ORDER BY 10 LIMIT p_per_store;
-                        CONTINUE;
-                    END IF;
-                END IF;
-                p_large := p_large || p_store;
-            END LOOP;
-            IF cardinality(p_large) = 0 THEN
-                RETURN;
-            END IF;
-            FOR p_found IN EXECUTE format(p_select || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8', p_dimension)
-                USING p_vector, p_namespace, p_large, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool
-            LOOP
-                id := p_found.id; store := p_found.store; content := p_found.content;
-                metadata := p_found.metadata; user_id := p_found.user_id; agent_id := p_found.agent_id;
-                session_id := p_found.session_id; create_time := p_found.create_time; seq := p_found.seq;
-                distance := p_found.distance;
-                p_pooled := p_pooled || p_found.store;
-                RETURN NEXT;
-            END LOOP;
-            -- Fewer than asked for: the pool holds every entry of these stores there is.
-            IF cardinality(p_pooled) < p_pool THEN
-                RETURN;
-            END IF;
-            FOREACH p_store IN ARRAY p_large LOOP
-                IF cardinality(array_positions(p_pooled, p_store)) < p_per_store THEN
-                    RETURN QUERY EXECUTE format(p_select || ' AND m.store = $3 ORDER BY distance LIMIT $8', p_dimension)
+            IF p_scoped THEN
+                FOREACH p_store IN ARRAY p_stores LOOP
+                    EXECUTE format('SELECT count(*) FROM (SELECT' || p_scope || ' AND m.store = $3 LIMIT $8) AS c',
+                        p_dimension)
+                        INTO p_entries
                         USING p_vector, p_namespace, p_store, p_exclude, p_user_id, p_agent_id, p_session_id,
-                            p_per_store;
-                END IF;
+                            {EXACT_STORE_ENTRIES + 1};
+                    IF p_entries > {EXACT_STORE_ENTRIES} THEN
+                        p_large := true;
+                    ELSIF p_entries > 0 THEN
+                        p_small := p_small || p_store;
+                    END IF;
+                END LOOP;
+            ELSE
+                -- Every store counted in one statement (each up to one past the limit, from its index).
+                SELECT
+                    coalesce(array_agg(counted.name) FILTER (WHERE counted.entries <= {EXACT_STORE_ENTRIES}), '{{}}'),
+                    coalesce(bool_or(counted.entries > {EXACT_STORE_ENTRIES}), false)
+                INTO p_small, p_large
+                FROM (
+                    SELECT s.name, (
+                        SELECT count(*) FROM (
+                            SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = s.name
+                            LIMIT {EXACT_STORE_ENTRIES + 1}
+                        ) AS c
+                    ) AS entries
+                    FROM unnest(p_stores) AS s(name)
+                ) AS counted;
+            END IF;
+            IF p_large THEN
+                RETURN QUERY EXECUTE format(
+                    p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
+                        || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8',
+                    p_dimension
+                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool;
+            END IF;
+            IF NOT p_scoped THEN
+                RETURN QUERY
+                    SELECT nearest.* FROM unnest(p_small) AS s(name)
+                    CROSS JOIN LATERAL (
+                        SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id, m.session_id,
+                            m.create_time, m.seq, (m.embedding <=> p_vector)::float8 AS distance
+                        FROM {SCHEMA}.memories m
+                        WHERE m.namespace = p_namespace AND m.store = s.name AND m.dimension = p_dimension
+                            AND NOT (m.id = ANY(p_exclude))
+                        ORDER BY 10 LIMIT p_per_store
+                    ) AS nearest;
+                RETURN;
+            END IF;
+            FOREACH p_store IN ARRAY p_small LOOP
+                -- Ordered by the distance itself, not its cast: read exactly, never through the vector index.
+                RETURN QUERY EXECUTE format(
+                    p_columns || '(m.embedding <=> $1)::float8 AS distance' || p_scope
+                        || ' AND m.store = $3 ORDER BY distance LIMIT $8',
+                    p_dimension
+                ) USING p_vector, p_namespace, p_store, p_exclude, p_user_id, p_agent_id, p_session_id, p_per_store;
             END LOOP;
         END
         $function$;
+        -- The entries holding the rare words of p_text, each weighed by the words it holds: a word is rare
+        -- when at most one in a hundred of the stores' entries hold it (at most RARE_WORD_ENTRIES; the
+        -- entries are counted up to RARE_WORD_ENTRIES hundred), and it weighs ln((rare + 1) / holders).
+        -- Each word reads at most rare + 1 of its holders from the inverted index.
+        --
+        -- It runs as its owner: row-level security lets no index serve the match operator (`@@` is not
+        -- leakproof), so under it every word would be a scan of the table. It reads the namespace the
+        -- connection acts for, as the policy does, and never another; only requests may call it.
+        CREATE FUNCTION {SCHEMA}.rare_word_matches(
+            p_text text, p_stores text[], p_exclude text[], p_user_id text, p_agent_id text, p_session_id text,
+            p_limit integer
+        ) RETURNS TABLE (id text, weight float8)
+        -- Its rows are joined to their entries: the planner should expect a few (it reads each by its key).
+        -- Its statement is planned once per connection, for any words: never to scan the table.
+        LANGUAGE plpgsql STABLE ROWS 20 SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+        AS $function$
+        DECLARE
+            p_namespace text := current_setting('{NAMESPACE_SETTING}', true);
+        BEGIN
+            RETURN QUERY
+                WITH sampled AS MATERIALIZED (
+                    SELECT greatest(1, least({RARE_WORD_ENTRIES}, count(*) / 100))::integer AS rare FROM (
+                        SELECT FROM {SCHEMA}.memories m
+                        WHERE m.namespace = p_namespace AND m.store = ANY(p_stores)
+                        LIMIT {100 * RARE_WORD_ENTRIES}
+                    ) AS s
+                ), held AS MATERIALIZED (
+                    SELECT count(*) AS holders, array_agg(h.id) FILTER (WHERE h.usable) AS ids
+                    FROM (
+                        SELECT DISTINCT plainto_tsquery('simple', t.lexeme) AS word
+                        FROM unnest(to_tsvector('{LEXICAL_CONFIG}', p_text)) AS t
+                    ) AS w
+                    CROSS JOIN LATERAL (
+                        SELECT m.id, NOT (m.id = ANY(p_exclude)) AND (p_user_id = '' OR m.user_id = p_user_id)
+                            AND (p_agent_id = '' OR m.agent_id = p_agent_id)
+                            AND (p_session_id = '' OR m.session_id = p_session_id) AS usable
+                        FROM {SCHEMA}.memories m
+                        WHERE m.namespace = p_namespace AND m.store = ANY(p_stores) AND m.lexemes @@ w.word
+                        LIMIT (SELECT s.rare + 1 FROM sampled s)
+                    ) AS h
+                    GROUP BY w.word
+                )
+                SELECT u.id, sum(ln((s.rare + 1.0) / held.holders))::float8
+                FROM held CROSS JOIN sampled s CROSS JOIN LATERAL unnest(held.ids) AS u(id)
+                WHERE held.holders <= s.rare
+                GROUP BY u.id ORDER BY 2 DESC, 1 LIMIT p_limit;
+        END
+        $function$;
+        REVOKE ALL ON FUNCTION {SCHEMA}.rare_word_matches(text, text[], text[], text, text, text, integer)
+            FROM PUBLIC;
         """,
     ),
 ]
@@ -278,6 +348,8 @@ _REQUEST_GRANTS = f"""
     GRANT USAGE ON SCHEMA {SCHEMA} TO {{grantee}};
     GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{SCHEMA}.{t}" for t in _TENANT_TABLES)} TO {{grantee}};
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {{grantee}};
+    -- The search functions (rare_word_matches runs as the owner: nobody else may call it).
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {SCHEMA} TO {{grantee}};
     -- Keys are checked by the key ring, on the owner's connection: requests never read them.
     REVOKE ALL ON {SCHEMA}.api_keys, {SCHEMA}.service_secrets, {SCHEMA}.migrations FROM {{grantee}};
 """
