@@ -188,16 +188,16 @@ MIGRATIONS: list[tuple[int, str]] = [
         #
         # `nearest_per_store`: the entries nearest to a vector in each of the stores, p_per_store of each
         # where it matters. A store of at most EXACT_STORE_ENTRIES entries (within the scope; a bounded
-        # count tells) is read exactly, from its rows. When larger ones are searched too, the p_pool
-        # nearest across all the stores come first, through the dimension's vector index: a large store
-        # with p_per_store of them (the store a query's near-misses come from) has its nearest there;
-        # one with fewer is not read again (its entries near the query are fewer and farther, and are
-        # judged by what the pool holds of them). Unscoped, the small stores' statements are planned
-        # once per connection; scoped, each is planned for the scope's values, so a narrow scope is read
-        # through its own index. Only the dimension, an integer, is written into a statement: each
-        # dimension's vector index is over its own cast. An entry may come twice (from the pool and from
-        # its store): callers keep one. Every statement reads an index, never the whole table: a generic
-        # plan knows no store's size, and a sequential scan would read every tenant's rows.
+        # count tells) is read exactly, from its rows. The larger ones are read in one pass: the p_pool
+        # nearest across all the stores, through the dimension's vector index, keeping the large stores'
+        # entries. A large store with p_per_store of them (the store a query's near-misses come from) has
+        # its nearest there; one with fewer is not read again (its entries near the query are fewer and
+        # farther, and are judged by what the pass holds of them). Unscoped, the counts and the small
+        # stores' reads are one statement each, planned once per connection; scoped, each store's are
+        # planned for the scope's values, so a narrow scope is read through its own index. Only the
+        # dimension, an integer, is written into a statement: each dimension's vector index is over its
+        # own cast. Every statement reads an index, never the whole table: a generic plan knows no
+        # store's size, and a sequential scan would read every tenant's rows.
         f"""
         ALTER TABLE {SCHEMA}.memories
             ADD COLUMN lexemes tsvector GENERATED ALWAYS AS (to_tsvector('{LEXICAL_CONFIG}', content)) STORED;
@@ -251,11 +251,15 @@ MIGRATIONS: list[tuple[int, str]] = [
                 ) AS counted;
             END IF;
             IF p_large THEN
+                -- The pass reads every store searched (a broad filter keeps the vector index quick) and
+                -- returns the large stores' entries: the small ones are read whole below.
                 RETURN QUERY EXECUTE format(
-                    p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
-                        || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8',
+                    'SELECT pooled.* FROM (' || p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance'
+                        || p_scope || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8) AS pooled'
+                        || ' WHERE NOT (pooled.store = ANY($9))',
                     p_dimension
-                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool;
+                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool,
+                    p_small;
             END IF;
             IF NOT p_scoped THEN
                 RETURN QUERY
