@@ -24,6 +24,8 @@ _RANKINGS: dict[str, memory_pb2.Ranking] = {
     "hybrid": memory_pb2.RANKING_HYBRID,
     "rerank": memory_pb2.RANKING_RERANK,
 }
+# The rankings' names, as options take them.
+RANKINGS = tuple(_RANKINGS)
 _TRIGGERS: dict[str, injection_pb2.Trigger] = {
     "user_turn": injection_pb2.TRIGGER_USER_TURN,
     "every_turn": injection_pb2.TRIGGER_EVERY_TURN,

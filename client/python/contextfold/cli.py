@@ -18,6 +18,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from ._requests import RANKINGS
 from .client import Client, default_target
 from .convert import dumps, loads
 from .errors import ContextfoldError
@@ -84,7 +85,7 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
         added = cf.add_memories(args.store, [{**entry, "content": content} for content in args.content])
         _print_json([_proto_json(memory) for memory in added])
     elif args.action == "search":
-        options: dict[str, Any] = {"stores": args.store, "max_results": args.max_results}
+        options: dict[str, Any] = {"stores": args.store, "max_results": args.max_results, "ranking": args.ranking}
         if args.min_score is not None:
             options["min_score"] = args.min_score
         results = cf.search_memories(args.query, scope=_scope(args), **options)
@@ -117,6 +118,9 @@ def _providers(args: argparse.Namespace, cf: Client) -> None:
         _print_json({"deleted": args.name})
 
 
+RANKING_HELP = "how entries are ranked (default: the server's, store_aware unless its operator chose another)"
+
+
 def _text_or_file(value: str) -> str:
     """`@path` stands for the file's text, as templates are easier to keep in files."""
     if value.startswith("@"):
@@ -138,6 +142,7 @@ def _inject(args: argparse.Namespace, cf: Client) -> None:
         "query_expression": args.query_expression,
         "format": args.format,
         "format_template": _text_or_file(args.format_template),
+        "ranking": args.ranking,
         "providers": args.provider,
         "max_tokens": args.max_tokens,
         "coalesce": args.coalesce,
@@ -194,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
     search.add_argument("--max-results", type=int, default=5)
     search.add_argument("--min-score", type=float)
+    search.add_argument("--ranking", choices=list(RANKINGS), help=RANKING_HELP)
     _add_scope_options(search)
     listing = memory_actions.add_parser("list")
     listing.add_argument("--store", required=True)
@@ -227,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
     inject.add_argument("--max-entries", type=int, help="memory entries at most (default 5)")
     inject.add_argument("--min-score", type=float)
+    inject.add_argument("--ranking", choices=list(RANKINGS), help=RANKING_HELP)
     inject.add_argument("--query", default="", help="search for this instead of the adaptive query")
     inject.add_argument("--query-expression", default="", help="a CEL string expression deriving the query")
     inject.add_argument("--format", choices=["xml", "bullets", "markdown"], help="default: xml")

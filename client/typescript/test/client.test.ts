@@ -7,6 +7,8 @@ import {
   ContextfoldClient,
   ContextfoldError,
   fromProtoMessages,
+  injectRequest,
+  Ranking,
   renderForModel,
   SkipReason,
   startProvider,
@@ -47,6 +49,15 @@ test("unary calls: entries are added, searched and injected", async () => {
     injected: { source: "memory", text: expected, entryIds: report.entries.map((entry) => entry.id) },
   });
   assert.deepEqual(renderForModel(messages)[0].content, [{ text: "Which editor theme should I pick?" }, { text: expected }]);
+});
+
+test("the ranking is chosen per call and the report names it", async () => {
+  const ask = [{ role: "user" as const, content: [{ text: "Which editor theme should I pick?" }] }];
+  const byDefault = await cf.inject(ask, { stores: [prefs] });
+  assert.equal(byDefault.report.ranking, Ranking.STORE_AWARE);
+  const bySimilarity = await cf.inject(ask, { stores: [prefs], ranking: "similarity" });
+  assert.equal(bySimilarity.report.ranking, Ranking.SIMILARITY);
+  assert.throws(() => injectRequest(ask, { ranking: "alphabetical" as "hybrid" }), /unknown ranking "alphabetical"/);
 });
 
 test("a Strands conversation goes through the service and back unchanged, bytes and all", async () => {

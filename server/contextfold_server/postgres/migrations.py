@@ -250,6 +250,10 @@ MIGRATIONS: list[tuple[int, str]] = [
                     FROM unnest(p_stores) AS s(name)
                 ) AS counted;
             END IF;
+            IF p_large AND cardinality(p_stores) = 1 THEN
+                -- One store: its own nearest are all there is to read.
+                p_pool := p_per_store;
+            END IF;
             IF p_large THEN
                 -- The pass reads every store searched (a broad filter keeps the vector index quick) and
                 -- returns the large stores' entries: the small ones are read whole below.
