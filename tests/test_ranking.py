@@ -211,6 +211,30 @@ def test_hybrid_ranks_the_entry_with_the_exact_identifier_first(client: Client, 
     assert common.injected and common.report.ranking == memory_pb2.RANKING_HYBRID
 
 
+def test_stores_past_the_exact_reading_budget_are_searched_through_the_index(client: Client, make_store) -> None:
+    # Four stores of 800 entries: more than one search reads exactly (3,000), so the largest is
+    # searched as a large store is, and its entries still rank.
+    rng = np.random.default_rng(16)
+    stores = [make_store(f"budget{n}") for n in range(4)]
+    for store in stores:
+        vectors = rng.normal(size=(800, 384)).astype(np.float32)
+        for start in range(0, 800, 400):
+            client.add_memories(
+                store,
+                [
+                    {"content": f"{store} note {start + i}", "vector": v.tolist()}
+                    for i, v in enumerate(vectors[start : start + 400])
+                ],
+            )
+    target = rng.normal(size=384).astype(np.float32)
+    (wanted,) = client.add_memories(stores[-1], [{"content": "the one that matches", "vector": target.tolist()}])
+    for ranking in ("store_aware", "hybrid"):
+        found = client.search_memories(query_vector=target.tolist(), stores=stores, ranking=ranking, max_results=5)
+        ids = [r.memory.id for r in found]
+        assert ids[0] == wanted.id and len(set(ids)) == len(ids) == 5, ranking
+        assert found[0].score == pytest.approx(1.0, abs=1e-4)
+
+
 def test_rerank_without_a_reranker_is_refused_naming_the_field(client: Client) -> None:
     with pytest.raises(InvalidArgument) as raised:
         client.inject([user("hello")], ranking="rerank")

@@ -34,8 +34,10 @@ LEXICAL_CONFIG = "english"
 # at most this many.
 RARE_WORD_ENTRIES = 20
 # A store of at most this many entries is searched exactly, from its rows (about a microsecond each);
-# a larger one through the vector index.
+# a larger one through the vector index. One search reads at most EXACT_SEARCH_ENTRIES exactly, the
+# smallest stores first: past that, stores are searched as the larger ones are.
 EXACT_STORE_ENTRIES = 1000
+EXACT_SEARCH_ENTRIES = 3000
 
 # One advisory-lock key for the migrations (indexes of new dimensions have their own, in vector_index.py),
 # so replicas starting together never race.
@@ -188,32 +190,39 @@ MIGRATIONS: list[tuple[int, str]] = [
         #
         # `nearest_per_store`: the entries nearest to a vector in each of the stores, p_per_store of each
         # where it matters. A store of at most EXACT_STORE_ENTRIES entries (within the scope; a bounded
-        # count tells) is read exactly, from its rows. The larger ones are read in one pass: the p_pool
-        # nearest across all the stores, through the dimension's vector index, keeping the large stores'
-        # entries. A large store with p_per_store of them (the store a query's near-misses come from) has
-        # its nearest there; one with fewer is not read again (its entries near the query are fewer and
-        # farther, and are judged by what the pass holds of them). Unscoped, the counts and the small
-        # stores' reads are one statement each, planned once per connection; scoped, each store's are
-        # planned for the scope's values, so a narrow scope is read through its own index. Only the
-        # dimension, an integer, is written into a statement: each dimension's vector index is over its
-        # own cast. Every statement reads an index, never the whole table: a generic plan knows no
-        # store's size, and a sequential scan would read every tenant's rows.
+        # count tells) is small, a larger one large, and so is a small one past EXACT_SEARCH_ENTRIES
+        # (counted smallest first). When a large one is searched, one pass reads the
+        # p_pool nearest across all the stores through the dimension's vector index: a store with
+        # p_per_store of them (the store a query's near-misses come from) has its nearest there and is
+        # not read again. Every other small store is read exactly, from its rows; a large one is not
+        # (its entries near the query are fewer and farther, and are judged by what the pass holds of
+        # them). Unscoped, the counts and the small stores' reads are one statement each, planned once
+        # per connection; scoped, each store's are planned for the scope's values, so a narrow scope is
+        # read through its own index. One store alone is read by one statement planned for its values.
+        # Only the dimension, an integer, is written into a statement: each dimension's vector index is
+        # over its own cast.
         f"""
         ALTER TABLE {SCHEMA}.memories
             ADD COLUMN lexemes tsvector GENERATED ALWAYS AS (to_tsvector('{LEXICAL_CONFIG}', content)) STORED;
         CREATE INDEX memories_lexemes ON {SCHEMA}.memories USING gin (lexemes);
+        CREATE TYPE {SCHEMA}.nearest_entry AS (
+            id text, store text, content text, metadata jsonb, user_id text, agent_id text,
+            session_id text, create_time timestamptz, seq bigint, distance float8
+        );
         CREATE FUNCTION {SCHEMA}.nearest_per_store(
             p_namespace text, p_dimension integer, p_vector vector, p_stores text[], p_per_store integer,
             p_pool integer, p_exclude text[], p_user_id text, p_agent_id text, p_session_id text
         ) RETURNS TABLE (
             id text, store text, content text, metadata jsonb, user_id text, agent_id text,
             session_id text, create_time timestamptz, seq bigint, distance float8
-        ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $function$
+        ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
         DECLARE
             p_store text;
             p_entries integer;
             p_small text[] := '{{}}';
             p_large boolean := false;
+            p_exact integer := 0;
+            p_pooled {SCHEMA}.nearest_entry[];
             p_scoped boolean := p_user_id <> '' OR p_agent_id <> '' OR p_session_id <> '';
             p_scope constant text := ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
                 ' AND NOT (m.id = ANY($4)) AND ($5 = '''' OR m.user_id = $5) AND ($6 = '''' OR m.agent_id = $6)'
@@ -221,6 +230,16 @@ MIGRATIONS: list[tuple[int, str]] = [
             p_columns constant text := 'SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id,'
                 ' m.session_id, m.create_time, m.seq, ';
         BEGIN
+            IF cardinality(p_stores) = 1 THEN
+                -- One store: its own nearest are all there is to read, through the index or exactly, as the
+                -- statement's plan for its values decides.
+                RETURN QUERY EXECUTE format(
+                    p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
+                        || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8',
+                    p_dimension
+                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_per_store;
+                RETURN;
+            END IF;
             IF p_scoped THEN
                 FOREACH p_store IN ARRAY p_stores LOOP
                     EXECUTE format('SELECT count(*) FROM (SELECT' || p_scope || ' AND m.store = $3 LIMIT $8) AS c',
@@ -228,42 +247,48 @@ MIGRATIONS: list[tuple[int, str]] = [
                         INTO p_entries
                         USING p_vector, p_namespace, p_store, p_exclude, p_user_id, p_agent_id, p_session_id,
                             {EXACT_STORE_ENTRIES + 1};
-                    IF p_entries > {EXACT_STORE_ENTRIES} THEN
+                    IF p_entries > {EXACT_STORE_ENTRIES} OR p_exact + p_entries > {EXACT_SEARCH_ENTRIES} THEN
                         p_large := true;
                     ELSIF p_entries > 0 THEN
                         p_small := p_small || p_store;
+                        p_exact := p_exact + p_entries;
                     END IF;
                 END LOOP;
             ELSE
-                -- Every store counted in one statement (each up to one past the limit, from its index).
-                SELECT
-                    coalesce(array_agg(counted.name) FILTER (WHERE counted.entries <= {EXACT_STORE_ENTRIES}), '{{}}'),
-                    coalesce(bool_or(counted.entries > {EXACT_STORE_ENTRIES}), false)
+                -- Every store counted in one statement (each up to one past the limit, from its index); the
+                -- smallest are read exactly while their entries add up to EXACT_SEARCH_ENTRIES at most.
+                SELECT coalesce(array_agg(sized.name) FILTER (WHERE sized.exact), '{{}}'),
+                    coalesce(bool_or(NOT sized.exact), false)
                 INTO p_small, p_large
                 FROM (
-                    SELECT s.name, (
-                        SELECT count(*) FROM (
-                            SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = s.name
-                            LIMIT {EXACT_STORE_ENTRIES + 1}
-                        ) AS c
-                    ) AS entries
-                    FROM unnest(p_stores) AS s(name)
-                ) AS counted;
-            END IF;
-            IF p_large AND cardinality(p_stores) = 1 THEN
-                -- One store: its own nearest are all there is to read.
-                p_pool := p_per_store;
+                    SELECT counted.name, counted.entries <= {EXACT_STORE_ENTRIES}
+                        AND sum(counted.entries) OVER (ORDER BY counted.entries, counted.name) <= {EXACT_SEARCH_ENTRIES}
+                        AS exact
+                    FROM (
+                        SELECT s.name, (
+                            SELECT count(*) FROM (
+                                SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = s.name
+                                LIMIT {EXACT_STORE_ENTRIES + 1}
+                            ) AS c
+                        ) AS entries
+                        FROM unnest(p_stores) AS s(name)
+                    ) AS counted
+                ) AS sized;
             END IF;
             IF p_large THEN
-                -- The pass reads every store searched (a broad filter keeps the vector index quick) and
-                -- returns the large stores' entries: the small ones are read whole below.
-                RETURN QUERY EXECUTE format(
-                    'SELECT pooled.* FROM (' || p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance'
-                        || p_scope || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8) AS pooled'
-                        || ' WHERE NOT (pooled.store = ANY($9))',
+                -- The pass reads every store searched (a broad filter keeps the vector index quick). It
+                -- returns the large stores' entries, and those of a small store it holds p_per_store of
+                -- (its nearest, then): the other small stores are read whole below.
+                EXECUTE format(
+                    'SELECT array_agg(pooled::{SCHEMA}.nearest_entry) FROM (' || p_columns
+                        || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
+                        || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8) AS pooled',
                     p_dimension
-                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool,
-                    p_small;
+                ) INTO p_pooled
+                USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool;
+                SELECT coalesce(array_agg(s.name), '{{}}') INTO p_small FROM unnest(p_small) AS s(name)
+                WHERE (SELECT count(*) FROM unnest(p_pooled) AS x WHERE x.store = s.name) < p_per_store;
+                RETURN QUERY SELECT x.* FROM unnest(p_pooled) AS x WHERE NOT (x.store = ANY(p_small));
             END IF;
             IF NOT p_scoped THEN
                 RETURN QUERY
