@@ -93,6 +93,13 @@ def test_store_aware_puts_a_small_store_s_clear_match_above_a_large_store_s_near
     assert [e.id for e in ranked[1:]] == ["chat-0", "chat-1", "chat-2", "chat-3"]
 
 
+def test_within_one_store_store_aware_orders_as_similarity_does() -> None:
+    # What lets a search of one store use one nearest-neighbour query.
+    scores = [0.91, 0.4, 0.77, 0.52, 0.3, 0.88, 0.61, 0.45, 0.7, 0.2, 0.66]
+    entries = [entry(f"e{n}", "only", score) for n, score in enumerate(scores)]
+    assert [e.id for e in store_aware(entries, 11)] == [e.id for e in by_similarity(entries, 11)]
+
+
 def test_a_store_s_crowd_is_its_entry_crowd_rank_places_below_its_best_or_its_last() -> None:
     many = [entry(f"m{n}", "many", 1.0 - n * 0.1) for n in range(CROWD_RANK + 3)]
     few = [entry("f0", "few", 0.5), entry("f1", "few", 0.3)]

@@ -59,7 +59,7 @@ class MemorySearcher:
         vector_field: str = "query_vector",
         deadline: float | None = None,
     ) -> Ranked:
-        """Entries most similar to the query across the stores, ranked, with the time spent embedding,
+        """The entries the query's ranking puts first across the stores, with the time spent embedding,
         searching and ranking.
 
         Named stores must exist and match the query's dimension; with no stores
@@ -92,8 +92,11 @@ class MemorySearcher:
             durations["embed"] = time.perf_counter() - started
         strategy = query.ranking or self.default_ranking
         searching = time.perf_counter()
+        # Within one store, standing out from its crowd orders entries as similarity does: one
+        # nearest-neighbour query finds them.
+        nearest_only = strategy is Ranking.SIMILARITY or (strategy is Ranking.STORE_AWARE and len(query.stores) == 1)
         with span("contextfold.search", stores=len(query.stores), limit=query.limit, ranking=strategy.value):
-            if strategy is Ranking.SIMILARITY:
+            if nearest_only:
                 known, records = await self.store.search(namespace, scope, query)
             else:
                 # Words to match need words: a query given only as a vector has no lexical candidates.
@@ -104,7 +107,7 @@ class MemorySearcher:
                 )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
-        if strategy is Ranking.SIMILARITY:
+        if nearest_only:
             return _Found(records, query.vector, strategy), durations, unsearchable
         ranking_started = time.perf_counter()
         found = await self._rank(strategy, query, candidates, deadline)
