@@ -4,6 +4,8 @@ lexical index's migration on a database that existed before it."""
 from __future__ import annotations
 
 import asyncio
+import re
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -264,10 +266,15 @@ def fake_reranker() -> Iterator[FakeReranker]:
 
 
 @pytest.fixture(scope="module")
-def reranking_server(tmp_path_factory: pytest.TempPathFactory, fake_reranker: FakeReranker) -> Iterator[Client]:
-    root = tmp_path_factory.mktemp("reranking")
+def reranking_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("reranking") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def reranking_server(reranking_log: Path, fake_reranker: FakeReranker) -> Iterator[Client]:
+    root = reranking_log.parent
     process = start_server(
-        root / "server.log",
+        reranking_log,
         "--data-dir",
         str(root / "pgdata"),
         "--reranker-url",
@@ -331,6 +338,23 @@ def test_a_failing_reranker_leaves_the_store_aware_order_and_the_report_says_why
         assert result.report.stage_durations["rank"].ToNanoseconds() < 1.5e9
     store_aware_order = reranking_server.inject([user(ask)], stores=memory_to_rerank, ranking="store_aware")
     assert [e.id for e in result.report.entries] == [e.id for e in store_aware_order.report.entries]
+
+
+def test_the_reranker_s_outcomes_are_counted(
+    reranking_server: Client, reranking_log: Path, memory_to_rerank: list[str], fake_reranker: FakeReranker
+) -> None:
+    ask = [user("where is the shed key")]
+    for mode in ("ok", "error"):
+        fake_reranker.mode = mode
+        try:
+            reranking_server.inject(ask, stores=memory_to_rerank, ranking="rerank")
+        finally:
+            fake_reranker.mode = "ok"
+    port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", reranking_log.read_text()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counted = dict(re.findall(r'^contextfold_reranker_calls_total\{outcome="(\w+)"\} (\S+)', text, flags=re.M))
+    assert float(counted["ok"]) >= 1 and float(counted["status"]) >= 1
 
 
 def test_the_cohere_shape_is_spoken_too(fake_reranker: FakeReranker) -> None:

@@ -216,7 +216,13 @@ async def _start(
     )
     if reranker is not None:
         running.push_async_callback(reranker.close)
-    searcher = MemorySearcher(store, embedder, reranker, Ranking(config.ranking))
+    searcher = MemorySearcher(
+        store,
+        embedder,
+        reranker,
+        Ranking(config.ranking),
+        observe_rerank=lambda outcome: metrics.reranker_calls.labels(outcome).inc(),
+    )
     page_tokens = PageTokens(secret)
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
     pending["MemoryService"].target = MemoryServicer(store, embedder, searcher, page_tokens)

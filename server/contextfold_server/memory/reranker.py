@@ -24,7 +24,12 @@ RERANKER_APIS = ("tei", "cohere")
 
 
 class RerankFailed(Exception):
-    """The reranker gave no usable answer; the message says why, for the report."""
+    """The reranker gave no usable answer; the message says why, for the report, and `kind` in a word
+    (`timeout`, `unreachable`, `status`, `answer`, `no_text`), for the metrics."""
+
+    def __init__(self, message: str, kind: str = "answer") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class Reranker:
@@ -56,11 +61,11 @@ class Reranker:
         try:
             response = await self._client.post(self.url, json=self._body(query, texts), timeout=wait)
         except httpx.TimeoutException:
-            raise RerankFailed(f"no answer within {wait * 1000:.0f} ms") from None
+            raise RerankFailed(f"no answer within {wait * 1000:.0f} ms", "timeout") from None
         except httpx.HTTPError as error:
-            raise RerankFailed(f"unreachable: {type(error).__name__}") from None
+            raise RerankFailed(f"unreachable: {type(error).__name__}", "unreachable") from None
         if response.status_code != 200:
-            raise RerankFailed(f"HTTP status {response.status_code}")
+            raise RerankFailed(f"HTTP status {response.status_code}", "status")
         try:
             answer = response.json()
         except ValueError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..embedding import Embedder
@@ -45,6 +46,8 @@ class MemorySearcher:
     # The operator's remote reranker, for `RANKING_RERANK`; none configured refuses that ranking.
     reranker: Reranker | None = None
     default_ranking: Ranking = field(default=ranking.DEFAULT_RANKING)
+    # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
+    observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
 
     def check_ranking(self, asked: Ranking | None, field_name: str) -> None:
         """A request may ask for the reranker only where one is configured."""
@@ -134,7 +137,9 @@ class MemorySearcher:
             pool = order[: ranking.RERANK_CANDIDATES]
             try:
                 order = await self._rerank(query.text, pool, deadline)
+                self.observe_rerank("ok")
             except RerankFailed as error:
+                self.observe_rerank(error.kind)
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
         chosen = [ScoredRecord(found[entry.id].memory, entry.score) for entry in order[: query.limit]]
         return _Found(chosen, (), strategy, notes)
@@ -142,7 +147,7 @@ class MemorySearcher:
     async def _rerank(self, text: str, pool: list[RetrievedEntry], deadline: float | None) -> list[RetrievedEntry]:
         assert self.reranker is not None  # check_ranking refused the request otherwise
         if not text.strip():
-            raise RerankFailed("a query given only as a vector has no text to rerank with")
+            raise RerankFailed("a query given only as a vector has no text to rerank with", "no_text")
         if not pool:
             return pool
         timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()

@@ -88,7 +88,7 @@ class Metrics:
         )
         self.stage_seconds = Histogram(
             "contextfold_inject_stage_duration_seconds",
-            "Inject's time per stage: trigger, query, embed, search, fold, total",
+            "Inject's time per stage: trigger, query, embed, search, rank, fold, total",
             ["stage"],
             buckets=_BUCKETS,
             registry=self.registry,
@@ -104,6 +104,13 @@ class Metrics:
             "contextfold_provider_outcomes",
             "What each provider asked contributed: injected, timeout, failed, empty, over_budget, not_triggered",
             ["namespace", "provider", "outcome"],
+            registry=self.registry,
+        )
+        self.reranker_calls = Counter(
+            "contextfold_reranker_calls",
+            "Calls to the remote reranker by outcome: ok, or timeout, unreachable, status, answer, no_text (each"
+            " leaving the store-aware order)",
+            ["outcome"],
             registry=self.registry,
         )
         self.in_flight = Gauge("contextfold_calls_in_flight", "Calls being served", registry=self.registry)
