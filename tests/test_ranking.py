@@ -179,6 +179,22 @@ def test_search_memories_ranks_the_same_way_and_says_how(
     assert scores == sorted(scores, reverse=True) and f"{prefix}-units" not in [r.memory.id for r in by_score]
 
 
+def test_a_scoped_search_ranks_the_scope_s_entries_only(client: Client, assistant_memory: list[str]) -> None:
+    *stores, prefix = assistant_memory
+    client.add_memories(
+        stores[1],
+        [
+            {"id": f"{prefix}-mine", "content": "Wants temperatures in Fahrenheit.", "user_id": f"{prefix}-u1"},
+            {"id": f"{prefix}-theirs", "content": "Wants temperatures in Kelvin.", "user_id": f"{prefix}-u2"},
+        ],
+    )
+    for ranking in ("store_aware", "hybrid"):
+        found = client.search_memories(
+            "How hot will it be tomorrow?", stores=stores, scope={"user_id": f"{prefix}-u1"}, ranking=ranking
+        )
+        assert [r.memory.id for r in found] == [f"{prefix}-mine"], ranking
+
+
 def test_a_min_score_leaves_out_what_is_below_it_whatever_the_ranking(
     client: Client, assistant_memory: list[str]
 ) -> None:

@@ -196,9 +196,9 @@ MIGRATIONS: list[tuple[int, str]] = [
         # p_per_store of them (the store a query's near-misses come from) has its nearest there and is
         # not read again. Every other small store is read exactly, from its rows; a large one is not
         # (its entries near the query are fewer and farther, and are judged by what the pass holds of
-        # them). Unscoped, the counts and the small stores' reads are one statement each, planned once
-        # per connection; scoped, each store's are planned for the scope's values, so a narrow scope is
-        # read through its own index. One store alone is read by one statement planned for its values.
+        # them). The counts and the small stores' reads are one statement each: unscoped, planned once
+        # per connection; scoped, planned for the scope's values, so a narrow scope is read through its
+        # own index. One store alone is read by one statement planned for its values.
         # Only the dimension, an integer, is written into a statement: each dimension's vector index is
         # over its own cast.
         f"""
@@ -217,11 +217,8 @@ MIGRATIONS: list[tuple[int, str]] = [
             session_id text, create_time timestamptz, seq bigint, distance float8
         ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
         DECLARE
-            p_store text;
-            p_entries integer;
             p_small text[] := '{{}}';
             p_large boolean := false;
-            p_exact integer := 0;
             p_pooled {SCHEMA}.nearest_entry[];
             p_scoped boolean := p_user_id <> '' OR p_agent_id <> '' OR p_session_id <> '';
             p_scope constant text := ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
@@ -241,19 +238,18 @@ MIGRATIONS: list[tuple[int, str]] = [
                 RETURN;
             END IF;
             IF p_scoped THEN
-                FOREACH p_store IN ARRAY p_stores LOOP
-                    EXECUTE format('SELECT count(*) FROM (SELECT' || p_scope || ' AND m.store = $3 LIMIT $8) AS c',
-                        p_dimension)
-                        INTO p_entries
-                        USING p_vector, p_namespace, p_store, p_exclude, p_user_id, p_agent_id, p_session_id,
-                            {EXACT_STORE_ENTRIES + 1};
-                    IF p_entries > {EXACT_STORE_ENTRIES} OR p_exact + p_entries > {EXACT_SEARCH_ENTRIES} THEN
-                        p_large := true;
-                    ELSIF p_entries > 0 THEN
-                        p_small := p_small || p_store;
-                        p_exact := p_exact + p_entries;
-                    END IF;
-                END LOOP;
+                -- As below, in one statement planned for the scope's values.
+                EXECUTE format(
+                    'SELECT coalesce(array_agg(sized.name) FILTER (WHERE sized.exact), ''{{}}''),'
+                    ' coalesce(bool_or(NOT sized.exact), false) FROM ('
+                    ' SELECT counted.name, counted.entries <= {EXACT_STORE_ENTRIES} AND sum(counted.entries)'
+                    ' OVER (ORDER BY counted.entries, counted.name) <= {EXACT_SEARCH_ENTRIES} AS exact FROM ('
+                    ' SELECT s.name, (SELECT count(*) FROM (SELECT' || p_scope
+                    || ' AND m.store = s.name LIMIT {EXACT_STORE_ENTRIES + 1}) AS c) AS entries'
+                    ' FROM unnest($3) AS s(name)) AS counted) AS sized',
+                    p_dimension
+                ) INTO p_small, p_large
+                USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id;
             ELSE
                 -- Every store counted in one statement (each up to one past the limit, from its index); the
                 -- smallest are read exactly while their entries add up to EXACT_SEARCH_ENTRIES at most.
@@ -303,14 +299,15 @@ MIGRATIONS: list[tuple[int, str]] = [
                     ) AS nearest;
                 RETURN;
             END IF;
-            FOREACH p_store IN ARRAY p_small LOOP
-                -- Ordered by the distance itself, not its cast: read exactly, never through the vector index.
-                RETURN QUERY EXECUTE format(
-                    p_columns || '(m.embedding <=> $1)::float8 AS distance' || p_scope
-                        || ' AND m.store = $3 ORDER BY distance LIMIT $8',
-                    p_dimension
-                ) USING p_vector, p_namespace, p_store, p_exclude, p_user_id, p_agent_id, p_session_id, p_per_store;
-            END LOOP;
+            -- Scoped: in one statement planned for the scope's values. Ordered by the distance itself, not
+            -- its cast: read exactly, never through the vector index.
+            RETURN QUERY EXECUTE format(
+                'SELECT nearest.* FROM unnest($8) AS s(name) CROSS JOIN LATERAL ('
+                    || p_columns || '(m.embedding <=> $1)::float8 AS distance' || p_scope
+                    || ' AND m.store = s.name ORDER BY distance LIMIT $9) AS nearest',
+                p_dimension
+            ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_small,
+                p_per_store;
         END
         $function$;
         -- The entries holding the rare words of p_text, each weighed by the words it holds: a word is rare
