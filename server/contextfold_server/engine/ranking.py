@@ -10,7 +10,7 @@ large store fills. bench/retrieval.py measures every strategy on labelled sets;
 the README has the table the default was chosen from.
 
 These are pure functions over candidates already fetched: the search fetches
-what the strategy needs (`candidates_per_store`, `lexical_candidates`).
+what the strategy needs (`candidates_per_store`, `LEXICAL_CANDIDATES`, `POOL_CANDIDATES`).
 """
 
 from __future__ import annotations

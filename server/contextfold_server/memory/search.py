@@ -20,21 +20,12 @@ from .store import Candidate, MemoryRecord, PostgresMemoryStore, Scope, ScoredRe
 
 
 @dataclass(frozen=True)
-class _Found:
-    records: list[ScoredRecord]
-    # The vector searched with: the caller's, or the query's embedding.
-    vector: tuple[float, ...]
-    # The strategy that ranked `records`, and why it is not the one asked for, when it is not.
-    ranking: Ranking
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Ranked:
     """A search's results, best first, and how they were ranked."""
 
     records: list[ScoredRecord]
     durations: dict[str, float]
+    # The strategy that ranked `records`, and why it is not the one asked for, when it is not.
     ranking: Ranking
     notes: tuple[str, ...] = ()
 
@@ -45,7 +36,7 @@ class MemorySearcher:
     embedder: Embedder
     # The operator's remote reranker, for `RANKING_RERANK`; none configured refuses that ranking.
     reranker: Reranker | None = None
-    default_ranking: Ranking = field(default=ranking.DEFAULT_RANKING)
+    default_ranking: Ranking = ranking.DEFAULT_RANKING
     # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
     observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
 
@@ -68,7 +59,7 @@ class MemorySearcher:
         Named stores must exist and match the query's dimension; with no stores
         named, every store of the query's dimension is searched.
         """
-        found, durations, unsearchable = await self._search(namespace, scope, query, deadline)
+        ranked, vector, unsearchable = await self._search(namespace, scope, query, deadline)
         if unsearchable:
             name, dimension = unsearchable[0]
             if dimension is None:
@@ -76,16 +67,16 @@ class MemorySearcher:
             # A caller's vector of the wrong length is the caller's field at fault;
             # the server's own embedding of the wrong length means the store does not fit.
             field_name = vector_field if query.vector else "stores"
-            raise InvalidArgument.of(field_name, _dimensions_differ(len(found.vector), name, dimension))
-        return Ranked(found.records, durations, found.ranking, found.notes)
+            raise InvalidArgument.of(field_name, _dimensions_differ(len(vector), name, dimension))
+        return ranked
 
     async def _search(
         self, namespace: str, scope: Scope, query: SearchQuery, deadline: float | None = None
-    ) -> tuple[_Found, dict[str, float], list[tuple[str, int | None]]]:
-        """The search, and the named stores it could not search: each with its dimension, None for one
-        that does not exist. The stores are checked from the same round trip as the search itself,
-        which searches only the stores of the query's dimension. `deadline` (the event loop's clock)
-        bounds the reranker's wait."""
+    ) -> tuple[Ranked, tuple[float, ...], list[tuple[str, int | None]]]:
+        """The search, the vector it searched with (the caller's, or the query's embedding), and the
+        named stores it could not search: each with its dimension, None for one that does not exist.
+        The stores are checked from the same round trip as the search itself, which searches only the
+        stores of the query's dimension. `deadline` (the event loop's clock) bounds the reranker's wait."""
         durations: dict[str, float] = {}
         started = time.perf_counter()
         if not query.vector:
@@ -111,20 +102,20 @@ class MemorySearcher:
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
         if nearest_only:
-            return _Found(records, query.vector, strategy), durations, unsearchable
+            return Ranked(records, durations, strategy), query.vector, unsearchable
         ranking_started = time.perf_counter()
-        found = await self._rank(strategy, query, candidates, deadline)
+        records, strategy, notes = await self._rank(strategy, query, candidates, deadline)
         durations["rank"] = time.perf_counter() - ranking_started
-        return replace(found, vector=query.vector), durations, unsearchable
+        return Ranked(records, durations, strategy, notes), query.vector, unsearchable
 
     async def _rank(
         self, strategy: Ranking, query: SearchQuery, candidates: list[Candidate], deadline: float | None
-    ) -> _Found:
+    ) -> tuple[list[ScoredRecord], Ranking, tuple[str, ...]]:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
-        `query.limit`, none below `query.min_score`. A reranker that fails leaves the store-aware order."""
+        `query.limit`, none below `query.min_score`, with the strategy that ranked them and why it is
+        not the one asked for. A reranker that fails leaves the store-aware order."""
         found = {candidate.memory.id: candidate for candidate in candidates}
-        # An entry may come both from the nearest across the stores and from its store's own nearest.
-        nearest = list({c.memory.id: _entry(c.memory, c.score) for c in candidates if c.lexical is None}.values())
+        nearest = [_entry(c.memory, c.score) for c in candidates if c.lexical is None]
         if strategy is Ranking.HYBRID:
             words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
             order = ranking.hybrid(nearest, [_entry(c.memory, c.score) for c in words], len(found))
@@ -141,8 +132,7 @@ class MemorySearcher:
             except RerankFailed as error:
                 self.observe_rerank(error.kind)
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
-        chosen = [ScoredRecord(found[entry.id].memory, entry.score) for entry in order[: query.limit]]
-        return _Found(chosen, (), strategy, notes)
+        return [ScoredRecord(found[entry.id].memory, entry.score) for entry in order[: query.limit]], strategy, notes
 
     async def _rerank(self, text: str, pool: list[RetrievedEntry], deadline: float | None) -> list[RetrievedEntry]:
         assert self.reranker is not None  # check_ranking refused the request otherwise
@@ -163,16 +153,20 @@ class MemorySearcher:
             # Ids a conversation claims that no entry could have cannot match anything.
             query = replace(query, exclude_ids=frozenset(filter(is_memory_id, query.exclude_ids)))
             # A store that cannot be searched leaves itself out, not the others.
-            found, durations, unsearchable = await self._search(namespace, scope, query, deadline)
+            ranked, vector, unsearchable = await self._search(namespace, scope, query, deadline)
             left_out = tuple(
                 f"store {name!r} does not exist"
                 if dimension is None
-                else f"store {name!r} was left out: {_dimensions_differ(len(found.vector), name, dimension)}"
+                else f"store {name!r} was left out: {_dimensions_differ(len(vector), name, dimension)}"
                 for name, dimension in unsearchable
             )
-            entries = [_entry(record.memory, record.score) for record in found.records]
+            entries = [_entry(record.memory, record.score) for record in ranked.records]
             return SearchResult(
-                entries=entries, durations=durations, left_out=left_out, notes=found.notes, ranking=found.ranking
+                entries=entries,
+                durations=ranked.durations,
+                left_out=left_out,
+                notes=ranked.notes,
+                ranking=ranked.ranking,
             )
 
         return search

@@ -370,9 +370,8 @@ class PostgresMemoryStore:
             "max_distance": None if query.min_score is None else 1.0 - query.min_score,
         }
         rows = await self._database.read(namespace, _search_query(len(query.vector), tuple(scoped)), params)
-        known = dict(next(row["known"] for row in rows if row["known"] is not None))
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
-        return known, results
+        return _known(rows), results
 
     async def candidates(
         self, namespace: str, scope: Scope, query: SearchQuery, per_store: int, pool: int, lexical: int = 0
@@ -380,8 +379,8 @@ class PostgresMemoryStore:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
         where it matters (`nearest_per_store`, with a first pass of `pool` across them), and with
-        `lexical`, up to that many entries holding the rare words of `query.text`. An entry may come
-        more than once. `query.min_score` is not applied: a store's crowd counts every entry."""
+        `lexical`, up to that many entries holding the rare words of `query.text` (an entry may be
+        among both). `query.min_score` is not applied: a store's crowd counts every entry."""
         params = {
             "namespace": namespace,
             "names": list(query.stores),
@@ -394,13 +393,12 @@ class PostgresMemoryStore:
         if lexical:
             params |= {"words": query.text, "lexical": lexical}
         rows = await self._database.read(namespace, _candidates_query(len(query.vector), bool(lexical)), params)
-        known = dict(next(row["known"] for row in rows if row["known"] is not None))
         found = [
             Candidate(_memory(row), 1.0 - float(row["distance"]), row["lexical"])
             for row in rows
             if row["id"] is not None
         ]
-        return known, found
+        return _known(rows), found
 
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = _UNSCOPED) -> MemoryRecord:
         """The entry, if it exists within `scope`: outside it, it does not."""
@@ -453,6 +451,11 @@ class PostgresMemoryStore:
                 # Raising rolls the transaction back: a failed delete deletes nothing.
                 raise NotFound("memory", missing[0], f"memories do not exist: {', '.join(map(repr, missing))}")
             return len(deleted)
+
+
+def _known(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The dimension of each store a search statement found (`_KNOWN_ONCE`: on one of its rows)."""
+    return dict(next(row["known"] for row in rows if row["known"] is not None))
 
 
 async def _store_dimension(conn: Connection, namespace: str, store: str, lock: str = "") -> int:
