@@ -212,10 +212,8 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE FUNCTION {SCHEMA}.nearest_per_store(
             p_namespace text, p_dimension integer, p_vector vector, p_stores text[], p_per_store integer,
             p_pool integer, p_exclude text[], p_user_id text, p_agent_id text, p_session_id text
-        ) RETURNS TABLE (
-            id text, store text, content text, metadata jsonb, user_id text, agent_id text,
-            session_id text, create_time timestamptz, seq bigint, distance float8
-        ) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
+        ) RETURNS SETOF {SCHEMA}.nearest_entry
+        LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
         DECLARE
             p_small text[] := '{{}}';
             p_large boolean := false;
