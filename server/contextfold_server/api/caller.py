@@ -49,5 +49,9 @@ def key_scope() -> Scope:
 def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
     """When the call's own work must be done, on the event loop's clock: its deadline less the
     reserve answering takes (`answer_budget`); None when the caller set no deadline."""
-    budget = answer_budget(context.time_remaining())
+    return deadline_after(answer_budget(context.time_remaining()))
+
+
+def deadline_after(budget: float | None) -> float | None:
+    """The event loop's time `budget` seconds from now; None without a budget."""
     return None if budget is None else asyncio.get_running_loop().time() + budget

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import quote
 
 import grpc
@@ -17,7 +16,7 @@ from ..memory.search import MemorySearcher
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
 from ..tokens import count_tokens_off_the_loop
-from .caller import CALLER, REQUEST_ID, caller_namespace, confined
+from .caller import CALLER, REQUEST_ID, caller_namespace, confined, deadline_after
 from .checks import MAX_RESPONSE_BYTES, check_compiles, check_max_tokens, check_provider_names
 from .convert import (
     RESERVED_SOURCES,
@@ -51,7 +50,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         reveal = CALLER.get().role == "admin"
         # Customizations run within the caller's time, less what answering takes.
         budget = answer_budget(context.time_remaining())
-        deadline = None if budget is None else asyncio.get_running_loop().time() + budget
+        deadline = deadline_after(budget)
         turns = turns_from_messages(request.messages)
         check_inject_context(request)
         memory = memory_request_from_proto(request)
