@@ -11,13 +11,22 @@ from pathlib import Path
 import pytest
 from contextfold import Client, NotFound
 
-from .servers import ServerProcess, serving
+from .servers import Postgres, ServerProcess, serving
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with serving(tmp_path_factory.mktemp("server")) as process:
         yield process
+
+
+@pytest.fixture(scope="module")
+def postgres(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    """A Postgres of the test module's own (the server's embedded one, run by the test), removed after
+    it. A module that needs one per test defines its own."""
+    database = Postgres(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "pgdata")
+    yield database
+    database.cleanup()
 
 
 @pytest.fixture(scope="session")

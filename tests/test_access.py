@@ -23,13 +23,6 @@ from .test_tenancy import KEYS
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    database = Postgres(tmp_path_factory.mktemp("access") / "pgdata")
-    yield database
-    database.cleanup()
-
-
-@pytest.fixture(scope="module")
 def closed(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A server that requires keys (the default), started before any key exists."""
     log = tmp_path_factory.mktemp("access-server") / "server.log"

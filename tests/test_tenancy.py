@@ -45,13 +45,6 @@ class Tenants:
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    database = Postgres(tmp_path_factory.mktemp("tenancy") / "pgdata")
-    yield database
-    database.cleanup()
-
-
-@pytest.fixture(scope="module")
 def tenants(postgres: Postgres) -> Tenants:
     return Tenants(
         postgres.url,
