@@ -110,16 +110,18 @@ def local_model(threads: int | None = None) -> LocalEmbedder:
     return LocalEmbedder(exported_model(CACHE / "models"), threads=threads or available_cores())
 
 
+def encode(model: LocalEmbedder, texts: list[str]) -> np.ndarray:
+    """The texts' unit vectors from `model`, 64 texts a call."""
+    return np.vstack([np.asarray(model.encode(texts[i : i + 64]), dtype=np.float32) for i in range(0, len(texts), 64)])
+
+
 def embed(texts: list[str], name: str) -> np.ndarray:
     """The texts' unit vectors from the server's model, cached under bench/results/cache."""
     path = CACHE / f"{name}-{len(texts)}.npy"
     if path.exists():
         return np.load(path)
-    model = local_model()
     started = time.perf_counter()
-    vectors = np.vstack(
-        [np.asarray(model.encode(texts[i : i + 64]), dtype=np.float32) for i in range(0, len(texts), 64)]
-    )
+    vectors = encode(local_model(), texts)
     print(f"embedded {len(texts):,} {name} in {time.perf_counter() - started:.0f} s (cached in {path})")
     CACHE.mkdir(parents=True, exist_ok=True)
     np.save(path, vectors)

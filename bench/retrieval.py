@@ -46,6 +46,8 @@ import numpy as np
 import psycopg
 from contextfold import AsyncClient
 from contextfold.v1 import memory_pb2
+from contextfold_server.engine.entries import RetrievedEntry
+from contextfold_server.engine.ranking import Ranking, candidates_per_store, stand_out_scores
 
 from bench import corpus
 from tests.fake_reranker import FakeReranker
@@ -101,12 +103,12 @@ class Outside:
         self.ids = [e["id"] for s in labelled.stores for e in s["entries"]]
         self.stores = [s["name"] for s in labelled.stores for _ in s["entries"]]
         texts = [e["content"] for s in labelled.stores for e in s["entries"]]
-        self.vectors = _encode(model, texts)
-        self.queries = _encode(model, [q["query"] for q in labelled.queries])
+        self.vectors = corpus.encode(model, texts)
+        self.queries = corpus.encode(model, [q["query"] for q in labelled.queries])
         self.descriptions = dict(
             zip(
                 [s["name"] for s in labelled.stores],
-                _encode(model, [s["description"] for s in labelled.stores]),
+                corpus.encode(model, [s["description"] for s in labelled.stores]),
                 strict=True,
             )
         )
@@ -155,23 +157,15 @@ class Outside:
 
     def described(self, similarity: np.ndarray, query: np.ndarray, weight: float = 0.2) -> list[int]:
         """Store-aware, each entry lifted by its store's description's similarity to the query."""
-        from contextfold_server.engine.entries import RetrievedEntry
-        from contextfold_server.engine.ranking import stand_out_scores
-
         entries = [RetrievedEntry(str(i), self.stores[i], "", float(similarity[i])) for i in range(len(self.ids))]
         nearest = []
         for store in self.order:
             members = sorted((e for e in entries if e.store == store), key=lambda e: -e.score)
-            nearest.extend(members[:8])
+            nearest.extend(members[: candidates_per_store(Ranking.STORE_AWARE, 5)])
         scores = stand_out_scores(nearest)
         for entry in nearest:
             scores[entry.id] += weight * float(self.descriptions[entry.store] @ query)
         return [int(i) for i in sorted(scores, key=lambda i: -scores[i])]
-
-
-def _encode(model: corpus.LocalEmbedder, texts: list[str]) -> np.ndarray:
-    vectors = [vector for start in range(0, len(texts), 64) for vector in model.encode(texts[start : start + 64])]
-    return np.asarray(vectors, dtype=np.float32)
 
 
 async def fill(cf: AsyncClient, labelled: LabelledSet) -> None:
