@@ -7,8 +7,8 @@ become response messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
 
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2, provider_pb2
 from google.protobuf import json_format, struct_pb2
@@ -55,6 +55,8 @@ from .checks import (
 # Sources whose names are contextfold's own: no provider may take one.
 RESERVED_SOURCES = (MEMORY_SOURCE, COALESCED_SOURCE)
 DEFAULT_PROVIDER_TIMEOUT_MS = 1000
+
+T = TypeVar("T")
 
 _ROLES = {conversation_pb2.ROLE_USER: Role.USER, conversation_pb2.ROLE_ASSISTANT: Role.ASSISTANT}
 _TRIGGERS = {
@@ -113,11 +115,15 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
     return turns
 
 
+def _enum_value(table: Mapping[int, T], value: int, field: str, what: str) -> T:
+    """What an enum's number stands for; INVALID_ARGUMENT naming the field for a number it does not know."""
+    if value not in table:
+        raise InvalidArgument.of(field, f"unknown {what} value {value}")
+    return table[value]
+
+
 def trigger_from_proto(value: int, field: str) -> Trigger:
-    trigger = _TRIGGERS.get(value)
-    if trigger is None:
-        raise InvalidArgument.of(field, f"unknown trigger value {value}")
-    return trigger
+    return _enum_value(_TRIGGERS, value, field, "trigger")
 
 
 def trigger_to_proto(trigger: Trigger) -> int:
@@ -139,9 +145,7 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
     )
     one_of("memory.query_expression", "memory.query", bool(options.query_expression and options.query))
     check_customization("query", options.query_expression, "memory.query_expression")
-    memory_format = _FORMATS.get(options.format)
-    if memory_format is None:
-        raise InvalidArgument.of("memory.format", f"unknown format value {options.format}")
+    memory_format = _enum_value(_FORMATS, options.format, "memory.format", "format")
     if options.format_template:
         one_of("memory.format_template", "memory.format", options.format != injection_pb2.FORMAT_UNSPECIFIED)
         check_customization("format", options.format_template, "memory.format_template")
@@ -229,10 +233,7 @@ def ranking_from_proto(value: int, field: str) -> Ranking | None:
     """The ranking asked for; None (the server's default) for RANKING_UNSPECIFIED."""
     if value == memory_pb2.RANKING_UNSPECIFIED:
         return None
-    ranking = _RANKINGS.get(value)
-    if ranking is None:
-        raise InvalidArgument.of(field, f"unknown ranking value {value}")
-    return ranking
+    return _enum_value(_RANKINGS, value, field, "ranking")
 
 
 def ranking_to_proto(ranking: Ranking | None) -> memory_pb2.Ranking.ValueType:
