@@ -1,7 +1,7 @@
 """The server's configuration: command-line options, each with an environment variable of its own.
 
-`contextfold serve --help` lists them. Secrets (the embedding endpoint's key, the reranker's) come
-from the environment only: an option would show in `ps`.
+`contextfold serve --help` lists them. Secrets (the keys of the embedding endpoint, the reranker and the
+extractor) come from the environment only: an option would show in `ps`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ class Config:
     reranker_model: str
     reranker_timeout: float
     reranker_api_key: str
+    # The OpenAI-compatible chat endpoint Remember extracts facts with, if any.
+    extractor_url: str
+    extractor_model: str
+    extractor_timeout: float
+    extractor_api_key: str
+    # How often expired entries are purged.
+    purge_interval_seconds: float
 
 
 class _Options:
@@ -143,6 +150,20 @@ def parse_config(argv: list[str] | None = None) -> Config:
         int,
         300,
         help="the longest a search waits for the reranker before keeping the store-aware order",
+    )
+    option(
+        "--extractor-url",
+        default="",
+        help="an OpenAI-compatible chat API (e.g. http://vllm:8000/v1) that Remember extracts facts with when"
+        " a call asks; its key comes from CONTEXTFOLD_EXTRACTOR_API_KEY",
+    )
+    option("--extractor-model", default="", help="the chat model the extractor is asked for")
+    option("--extractor-timeout-ms", int, 30_000, help="the longest Remember waits for one extractor answer")
+    option(
+        "--purge-interval-seconds",
+        float,
+        30.0,
+        help="how often expired entries are deleted (in batches); they are never returned once expired",
     )
     option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
     option("--sandbox-workers", int, 2, help="processes that run callers' expressions and templates")
@@ -236,6 +257,11 @@ def parse_config(argv: list[str] | None = None) -> Config:
         reranker_model=args.reranker_model,
         reranker_timeout=max(1, args.reranker_timeout_ms) / 1000,
         reranker_api_key=os.environ.get("CONTEXTFOLD_RERANKER_API_KEY", ""),
+        extractor_url=args.extractor_url,
+        extractor_model=args.extractor_model,
+        extractor_timeout=max(1, args.extractor_timeout_ms) / 1000,
+        extractor_api_key=os.environ.get("CONTEXTFOLD_EXTRACTOR_API_KEY", ""),
+        purge_interval_seconds=max(0.05, args.purge_interval_seconds),
     )
 
 

@@ -129,3 +129,10 @@ class ResourceExhausted(_WithReason):
     """Over a limit: the message says which, and retrying later may work."""
 
     code = code_pb2.RESOURCE_EXHAUSTED
+
+
+class Aborted(_WithReason):
+    """A write lost to another: the entry changed since it was read (its etag), or a concurrent call
+    took what this one was doing. Read again and retry."""
+
+    code = code_pb2.ABORTED

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -45,6 +46,9 @@ from .config import Config
 from .customize.sandbox import Sandbox
 from .embedding.batching import BatchingEmbedder
 from .engine.ranking import Ranking
+from .memory.expiry import purge_expired
+from .memory.extractor import Extractor
+from .memory.remember import Rememberer
 from .memory.reranker import Reranker
 from .memory.search import MemorySearcher
 from .memory.store import SEARCH_SETTINGS, PostgresMemoryStore
@@ -223,9 +227,22 @@ async def _start(
         Ranking(config.ranking),
         observe_rerank=lambda outcome: metrics.reranker_calls.labels(outcome).inc(),
     )
+    extractor = (
+        Extractor(config.extractor_url, config.extractor_model, config.extractor_api_key, config.extractor_timeout)
+        if config.extractor_url
+        else None
+    )
+    if extractor is not None:
+        running.push_async_callback(extractor.close)
+    purging = asyncio.create_task(
+        purge_expired(store, config.purge_interval_seconds, metrics.memories_purged.inc), name="purge"
+    )
+    running.push_async_callback(_cancel, purging)
     page_tokens = PageTokens(secret)
     pending["InjectionService"].target = InjectionServicer(searcher, directory, channels, sandbox)
-    pending["MemoryService"].target = MemoryServicer(store, embedder, searcher, page_tokens)
+    pending["MemoryService"].target = MemoryServicer(
+        store, embedder, searcher, page_tokens, Rememberer(store, embedder, extractor)
+    )
     pending["ProviderService"].target = ProviderServicer(providers, directory, sandbox, page_tokens, policy)
     return embedder
 
@@ -243,6 +260,11 @@ async def open_embedder(config: Config, model: Path | None) -> BatchingEmbedder:
 
     # Loading the model takes a moment of CPU: keep it off the event loop.
     return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads))
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
@@ -270,13 +292,21 @@ class _Pending:
     def __init__(self, service: Any) -> None:
         self.target: Any = None
         for method in service.methods:
-            setattr(self, method.name, self._forward(method.name))
+            forward = self._stream if method.server_streaming else self._forward
+            setattr(self, method.name, forward(method.name))
 
     def _forward(self, name: str) -> Any:
         async def forward(request: Any, context: grpc.aio.ServicerContext) -> Any:
             return await getattr(self.target, name)(request, context)
 
         return forward
+
+    def _stream(self, name: str) -> Any:
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for response in getattr(self.target, name)(request, context):
+                yield response
+
+        return stream
 
 
 def server_options(config: Config) -> list[tuple[str, Any]]:

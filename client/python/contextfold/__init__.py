@@ -10,6 +10,7 @@ with Client("localhost:50051") as cf:
 from .client import AsyncClient, Client, InjectResult
 from .convert import from_proto_messages, render_for_model, to_proto_messages
 from .errors import (
+    Aborted,
     AlreadyExists,
     ContextfoldError,
     DeadlineExceeded,
@@ -24,6 +25,7 @@ from .errors import (
 )
 
 __all__ = [
+    "Aborted",
     "AlreadyExists",
     "AsyncClient",
     "Client",

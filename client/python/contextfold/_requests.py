@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from google.protobuf import struct_pb2
+from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
 from .convert import to_proto_messages
 from .v1 import injection_pb2, memory_pb2, provider_pb2
 
 ScopeLike = memory_pb2.Scope | Mapping[str, str] | None
 MemoryLike = str | Mapping[str, Any] | memory_pb2.Memory
+# A `Filter`, or the same as a dict (`filter_message`).
+FilterLike = memory_pb2.Filter | Mapping[str, Any] | None
 
 _FORMATS = {
     "xml": injection_pb2.FORMAT_XML,
@@ -78,6 +81,7 @@ def inject(
     format: str | None = None,
     format_template: str = "",
     ranking: str | None = None,
+    filter: FilterLike = None,
     providers: Sequence[str] = (),
     max_tokens: int = 0,
     coalesce: bool = False,
@@ -97,6 +101,7 @@ def inject(
         format=_FORMATS[format] if format else injection_pb2.FORMAT_UNSPECIFIED,
         format_template=format_template,
         ranking=ranking_value(ranking),
+        filter=filter_message(filter),
     )
     if max_entries is not None:
         options.max_entries = max_entries
@@ -123,7 +128,109 @@ def new_memory(value: MemoryLike) -> memory_pb2.Memory:
         return memory_pb2.Memory(content=value)
     fields = dict(value)
     metadata = struct(fields.pop("metadata", None))
-    return memory_pb2.Memory(metadata=metadata, **fields)
+    times = {name: timestamp(fields.pop(name)) for name in _TIMES if fields.get(name) is not None}
+    return memory_pb2.Memory(metadata=metadata, **fields, **times)
+
+
+_TIMES = ("create_time", "update_time", "expire_time")
+
+
+def timestamp(value: datetime | timestamp_pb2.Timestamp) -> timestamp_pb2.Timestamp:
+    """A `Timestamp` from an aware datetime (a naive one is taken as UTC)."""
+    if isinstance(value, timestamp_pb2.Timestamp):
+        return value
+    converted = timestamp_pb2.Timestamp()
+    converted.FromDatetime(value)
+    return converted
+
+
+_COMBINATIONS = ("all", "any", "not")
+_TESTS = ("eq", "in", "contains", "gt", "gte", "lt", "lte", "exists")
+_FIELDS = ("create_time", "update_time", "expire_time")
+
+
+def filter_message(value: FilterLike) -> memory_pb2.Filter | None:
+    """A `Filter` from a dict, as mem0's filters read:
+
+    - `{"topic": "food"}`: metadata `topic` equals "food"; keys with dots are nested
+      (`"place.city"`), and `metadata.` may lead (`"metadata.all"` for a key named `all`).
+    - `{"rating": {"gte": 3, "lt": 5}}`, `{"lang": {"in": ["en", "pt"]}}`,
+      `{"tags": {"contains": "work"}}`, `{"city": {"exists": True}}`, `{"topic": {"eq": None}}`.
+    - `{"create_time": {"gte": datetime(...)}}`; `update_time`, `expire_time` alike.
+    - Several keys: all must hold; `{"all": [...]}`, `{"any": [...]}`, `{"not": {...}}` combine.
+    """
+    if value is None or isinstance(value, memory_pb2.Filter):
+        return value
+    parts = [_filter_part(key, item) for key, item in value.items()]
+    if not parts:
+        raise ValueError("an empty filter: give at least one condition")
+    return parts[0] if len(parts) == 1 else memory_pb2.Filter(all=memory_pb2.FilterList(filters=parts))
+
+
+def _filter_required(value: Any) -> memory_pb2.Filter:
+    converted = filter_message(value)
+    if converted is None:
+        raise ValueError("a combined filter is None")
+    return converted
+
+
+def _filter_part(key: str, value: Any) -> memory_pb2.Filter:
+    if key in ("all", "any"):
+        filters = [_filter_required(item) for item in value]
+        return memory_pb2.Filter(**{key: memory_pb2.FilterList(filters=filters)})
+    if key == "not":
+        return memory_pb2.Filter(**{"not": _filter_required(value)})
+    field = key if key in _FIELDS or key.startswith("metadata.") else f"metadata.{key}"
+    tests = value if isinstance(value, Mapping) and value and all(k in _TESTS for k in value) else {"eq": value}
+    conditions: list[memory_pb2.Filter] = []
+    bounds = {name: tests[name] for name in ("gt", "gte", "lt", "lte") if name in tests}
+    if bounds:
+        conditions.append(_field(field, range=memory_pb2.Range(**{n: _bound(v) for n, v in bounds.items()})))
+    if "eq" in tests:
+        conditions.append(_field(field, equals=_value(tests["eq"])))
+    if "in" in tests:
+        conditions.append(_field(field, **{"in": struct_pb2.ListValue(values=[_value(v) for v in tests["in"]])}))
+    if "contains" in tests:
+        conditions.append(_field(field, contains=_value(tests["contains"])))
+    if "exists" in tests:
+        conditions.append(_field(field, exists=bool(tests["exists"])))
+    if len(conditions) == 1:
+        return conditions[0]
+    return memory_pb2.Filter(all=memory_pb2.FilterList(filters=conditions))
+
+
+def _field(field: str, **test: Any) -> memory_pb2.Filter:
+    return memory_pb2.Filter(field=memory_pb2.FieldFilter(field=field, **test))
+
+
+def _bound(value: Any) -> memory_pb2.Bound:
+    if isinstance(value, datetime):
+        return memory_pb2.Bound(time=timestamp(value))
+    return memory_pb2.Bound(number=value)
+
+
+def _value(value: Any) -> struct_pb2.Value:
+    if isinstance(value, list | tuple | dict):
+        raise ValueError(f"a filter compares with a string, number, bool or None, not {type(value).__name__}")
+    converted = struct_pb2.Value()
+    if value is None:
+        converted.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, bool):
+        converted.bool_value = value
+    elif isinstance(value, int | float):
+        converted.number_value = value
+    else:
+        converted.string_value = str(value)
+    return converted
+
+
+def duration(value: float | timedelta | None) -> duration_pb2.Duration | None:
+    """A `Duration` from seconds or a timedelta; None stays None."""
+    if value is None:
+        return None
+    converted = duration_pb2.Duration()
+    converted.FromTimedelta(value if isinstance(value, timedelta) else timedelta(seconds=value))
+    return converted
 
 
 def search(
@@ -135,6 +242,7 @@ def search(
     min_score: float | None = None,
     query_vector: Sequence[float] = (),
     ranking: str | None = None,
+    filter: FilterLike = None,
 ) -> memory_pb2.SearchMemoriesRequest:
     request = memory_pb2.SearchMemoriesRequest(
         query=query,
@@ -143,6 +251,7 @@ def search(
         max_results=max_results,
         scope=scope(scope_),
         ranking=ranking_value(ranking),
+        filter=filter_message(filter),
     )
     if min_score is not None:
         request.min_score = min_score

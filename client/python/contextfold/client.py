@@ -11,18 +11,27 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Generic, Literal, TypeVar
 
 import grpc
 from google.protobuf import descriptor_pb2
 
 from . import _requests
-from ._requests import MemoryLike, ScopeLike
-from .convert import MessageDict, from_proto_messages
+from ._requests import FilterLike, MemoryLike, ScopeLike
+from .convert import MessageDict, from_proto_messages, to_proto_messages
 from .errors import from_rpc_error
-from .v1 import injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc, provider_pb2, provider_pb2_grpc
+from .v1 import (
+    conversation_pb2,
+    injection_pb2,
+    injection_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    provider_pb2,
+    provider_pb2_grpc,
+)
 
 DEFAULT_TARGET = "localhost:50051"
 
@@ -111,6 +120,24 @@ class _Call(Generic[Result]):
     read: Callable[[Any], Result]
 
 
+_ROLES = {"user": conversation_pb2.ROLE_USER, "assistant": conversation_pb2.ROLE_ASSISTANT}
+# What UpdateMemory may change; `expire_time="never"` removes an expiry.
+ExpireTime = datetime | Literal["never"] | None
+
+
+def _export_request(stores: Sequence[str], scope: ScopeLike, filter: FilterLike) -> memory_pb2.ExportMemoriesRequest:
+    return memory_pb2.ExportMemoriesRequest(
+        stores=list(stores), scope=_requests.scope(scope), filter=_requests.filter_message(filter)
+    )
+
+
+def _import_request(part: memory_pb2.ImportMemoriesRequest | memory_pb2.ExportMemoriesResponse) -> Any:
+    """An export's part as an import's: the same fields."""
+    if isinstance(part, memory_pb2.ImportMemoriesRequest):
+        return part
+    return memory_pb2.ImportMemoriesRequest(stores=part.stores, memories=part.memories)
+
+
 def _inject_result(response: injection_pb2.InjectResponse) -> InjectResult:
     return InjectResult(from_proto_messages(response.messages), response.report, response)
 
@@ -125,8 +152,12 @@ class _calls:
         return _Call("injection", "Inject", _requests.inject(messages, **options), _inject_result)
 
     @staticmethod
-    def create_store(name: str, description: str, dimension: int) -> _Call[memory_pb2.Store]:
-        store = memory_pb2.Store(name=name, description=description, dimension=dimension)
+    def create_store(
+        name: str, description: str, dimension: int, default_ttl: float | timedelta | None
+    ) -> _Call[memory_pb2.Store]:
+        store = memory_pb2.Store(
+            name=name, description=description, dimension=dimension, default_ttl=_requests.duration(default_ttl)
+        )
         return _Call("memory", "CreateStore", memory_pb2.CreateStoreRequest(store=store), lambda r: r.store)
 
     @staticmethod
@@ -154,10 +185,14 @@ class _calls:
 
     @staticmethod
     def list_memories(
-        store: str, scope: ScopeLike, page_size: int, page_token: str
+        store: str, scope: ScopeLike, filter: FilterLike, page_size: int, page_token: str
     ) -> _Call[memory_pb2.ListMemoriesResponse]:
         request = memory_pb2.ListMemoriesRequest(
-            store=store, scope=_requests.scope(scope), page_size=page_size, page_token=page_token
+            store=store,
+            scope=_requests.scope(scope),
+            filter=_requests.filter_message(filter),
+            page_size=page_size,
+            page_token=page_token,
         )
         return _Call("memory", "ListMemories", request, lambda r: r)
 
@@ -165,6 +200,62 @@ class _calls:
     def delete_memories(ids: Sequence[str], allow_missing: bool) -> _Call[int]:
         request = memory_pb2.DeleteMemoriesRequest(ids=list(ids), allow_missing=allow_missing)
         return _Call("memory", "DeleteMemories", request, lambda r: r.deleted_count)
+
+    @staticmethod
+    def update_memory(
+        memory_id: str,
+        changes: Mapping[str, Any],
+        etag: str,
+        store: str,
+        allow_missing: bool,
+    ) -> _Call[memory_pb2.UpdateMemoryResponse]:
+        given = {name: value for name, value in changes.items() if value is not None}
+        mask = sorted(given)
+        if given.get("expire_time") == "never":
+            del given["expire_time"]
+        memory = _requests.new_memory({"id": memory_id, "store": store, "etag": etag, **given})
+        request = memory_pb2.UpdateMemoryRequest(
+            memory=memory, update_mask={"paths": mask}, allow_missing=allow_missing
+        )
+        return _Call("memory", "UpdateMemory", request, lambda r: r)
+
+    @staticmethod
+    def list_memory_versions(memory_id: str, page_token: str) -> _Call[memory_pb2.ListMemoryVersionsResponse]:
+        request = memory_pb2.ListMemoryVersionsRequest(id=memory_id, page_token=page_token)
+        return _Call("memory", "ListMemoryVersions", request, lambda r: r)
+
+    @staticmethod
+    def erase_memories(scope: ScopeLike, filter: FilterLike, stores: Sequence[str]) -> _Call[int]:
+        request = memory_pb2.EraseMemoriesRequest(
+            scope=_requests.scope(scope), filter=_requests.filter_message(filter), stores=list(stores)
+        )
+        return _Call("memory", "EraseMemories", request, lambda r: r.erased_count)
+
+    @staticmethod
+    def remember(
+        store: str,
+        messages: Iterable[Mapping[str, Any]],
+        scope: ScopeLike,
+        roles: Sequence[str],
+        min_chars: int,
+        conversation_id: str,
+        extract: bool,
+        metadata: Mapping[str, Any] | None,
+    ) -> _Call[memory_pb2.RememberResponse]:
+        unknown = [role for role in roles if role not in _ROLES]
+        if unknown:
+            raise ValueError(f"unknown role {unknown[0]!r}: expected user or assistant")
+        request = memory_pb2.RememberRequest(
+            store=store,
+            messages=to_proto_messages(messages),
+            scope=_requests.scope(scope),
+            roles=[_ROLES[role] for role in roles],
+            min_chars=min_chars,
+            conversation_id=conversation_id,
+            extract=extract,
+            metadata=_requests.struct(metadata),
+        )
+        return _Call("memory", "Remember", request, lambda r: r)
 
     @staticmethod
     def register_provider(name: str, target: str, **settings: Any) -> _Call[provider_pb2.Provider]:
@@ -215,6 +306,8 @@ class Client:
             grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
         )
         self._stubs = {name: stub(self._channel) for name, (_, stub) in _SERVICES.items()}
+        # The streaming calls, which `_run` does not make.
+        self._memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
         self.timeout = timeout
 
     def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
@@ -244,13 +337,23 @@ class Client:
 
         Options: trigger ("user_turn" or "every_turn"); memory's stores, max_entries, query,
         query_vector, scope, min_score, memory_priority, memory_max_tokens, ranking ("similarity",
-        "store_aware", "hybrid", "rerank"; the server's default when not given); providers (names),
+        "store_aware", "hybrid", "rerank"; the server's default when not given), filter (as
+        `search_memories` takes it); providers (names),
         max_tokens (for all), coalesce; app_state, agent.
         """
         return self._run(_calls.inject(messages, **options), timeout)
 
-    def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:
-        return self._run(_calls.create_store(name, description, dimension))
+    def create_store(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        dimension: int = 0,
+        default_ttl: float | timedelta | None = None,
+    ) -> memory_pb2.Store:
+        """`default_ttl` (seconds or a timedelta): entries added without an `expire_time` expire this long
+        after they are added."""
+        return self._run(_calls.create_store(name, description, dimension, default_ttl))
 
     def list_stores(self) -> Iterator[memory_pb2.Store]:
         return self._pages(_calls.list_stores, "stores")
@@ -265,17 +368,108 @@ class Client:
         self, query: str = "", *, scope: ScopeLike = None, **options: Any
     ) -> list[memory_pb2.ScoredMemory]:
         """Options: stores, max_results, min_score, query_vector, ranking ("similarity", "store_aware",
-        "hybrid", "rerank"; the server's default when not given)."""
+        "hybrid", "rerank"; the server's default when not given), filter (a dict: `{"topic": "food",
+        "rating": {"gte": 3}}`; see `contextfold._requests.filter_message`)."""
         return self._run(_calls.search_memories(query, scope, **options))
 
     def get_memory(self, memory_id: str) -> memory_pb2.Memory:
         return self._run(_calls.get_memory(memory_id))
 
-    def list_memories(self, store: str, *, scope: ScopeLike = None, page_size: int = 0) -> Iterator[memory_pb2.Memory]:
-        return self._pages(lambda token: _calls.list_memories(store, scope, page_size, token), "memories")
+    def list_memories(
+        self, store: str, *, scope: ScopeLike = None, filter: FilterLike = None, page_size: int = 0
+    ) -> Iterator[memory_pb2.Memory]:
+        """The store's entries, oldest first; `filter` as `search_memories` takes it."""
+        return self._pages(lambda token: _calls.list_memories(store, scope, filter, page_size, token), "memories")
 
     def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
         return self._run(_calls.delete_memories(ids, allow_missing))
+
+    def update_memory(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        vector: Sequence[float] | None = None,
+        expire_time: ExpireTime = None,
+        etag: str = "",
+        store: str = "",
+        allow_missing: bool = False,
+    ) -> memory_pb2.UpdateMemoryResponse:
+        """Change the fields given (None leaves one as it is; `expire_time="never"` removes an expiry).
+        A new `content` is embedded again unless `vector` comes with it. With `etag` (from the entry as
+        read), `Aborted` when it changed since; with `allow_missing`, the entry is added to `store` when
+        its id is free (`.created` says so)."""
+        changes = {
+            "content": content,
+            "metadata": metadata,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "session_id": session_id,
+            "vector": vector,
+            "expire_time": expire_time,
+        }
+        return self._run(_calls.update_memory(memory_id, changes, etag, store, allow_missing))
+
+    def list_memory_versions(self, memory_id: str) -> Iterator[memory_pb2.MemoryVersion]:
+        """The versions the entry's updates replaced, newest first."""
+        return self._pages(lambda token: _calls.list_memory_versions(memory_id, token), "versions")
+
+    def erase_memories(self, *, scope: ScopeLike = None, filter: FilterLike = None, stores: Sequence[str] = ()) -> int:
+        """Delete every entry within `scope` and/or matching `filter`, in `stores` (default: all): how many.
+        Admin keys, or a key bound to the scope."""
+        return self._run(_calls.erase_memories(scope, filter, stores))
+
+    def export_memories(
+        self,
+        *,
+        stores: Sequence[str] = (),
+        scope: ScopeLike = None,
+        filter: FilterLike = None,
+        timeout: float | None = None,
+    ) -> Iterator[memory_pb2.ExportMemoriesResponse]:
+        """The stores (first part), then their entries with vectors, oldest first, part by part."""
+        stream = self._memory.ExportMemories(
+            _export_request(stores, scope, filter), timeout=timeout, metadata=self._metadata
+        )
+        try:
+            yield from stream
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    def import_memories(
+        self,
+        parts: Iterable[memory_pb2.ImportMemoriesRequest | memory_pb2.ExportMemoriesResponse],
+        *,
+        timeout: float | None = None,
+    ) -> memory_pb2.ImportMemoriesResponse:
+        """Import what `export_memories` gave (its parts, or `ImportMemoriesRequest`s): idempotent by id."""
+        try:
+            return self._memory.ImportMemories(
+                (_import_request(part) for part in parts), timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    def remember(
+        self,
+        store: str,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        scope: ScopeLike = None,
+        roles: Sequence[str] = ("user",),
+        min_chars: int = 0,
+        conversation_id: str = "",
+        extract: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> memory_pb2.RememberResponse:
+        """Store what the conversation's turns of `roles` say (injected context never), each turn once:
+        their text, or with `extract` the facts the server's extractor finds, added or updating what is
+        kept."""
+        return self._run(_calls.remember(store, messages, scope, roles, min_chars, conversation_id, extract, metadata))
 
     def register_provider(self, name: str, target: str, **settings: Any) -> provider_pb2.Provider:
         """Settings: trigger ("user_turn" or "every_turn"), priority, timeout (seconds), max_tokens, enabled,
@@ -324,6 +518,8 @@ class AsyncClient:
             grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
         )
         self._stubs = {name: stub(self._channel) for name, (_, stub) in _SERVICES.items()}
+        # The streaming calls, which `_run` does not make.
+        self._memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
         self.timeout = timeout
 
     async def _run(self, call: _Call[Result], timeout: float | None = None) -> Result:
@@ -352,8 +548,15 @@ class AsyncClient:
     ) -> InjectResult:
         return await self._run(_calls.inject(messages, **options), timeout)
 
-    async def create_store(self, name: str, *, description: str = "", dimension: int = 0) -> memory_pb2.Store:
-        return await self._run(_calls.create_store(name, description, dimension))
+    async def create_store(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        dimension: int = 0,
+        default_ttl: float | timedelta | None = None,
+    ) -> memory_pb2.Store:
+        return await self._run(_calls.create_store(name, description, dimension, default_ttl))
 
     def list_stores(self) -> AsyncIterator[memory_pb2.Store]:
         return self._pages(_calls.list_stores, "stores")
@@ -373,12 +576,99 @@ class AsyncClient:
         return await self._run(_calls.get_memory(memory_id))
 
     def list_memories(
-        self, store: str, *, scope: ScopeLike = None, page_size: int = 0
+        self, store: str, *, scope: ScopeLike = None, filter: FilterLike = None, page_size: int = 0
     ) -> AsyncIterator[memory_pb2.Memory]:
-        return self._pages(lambda token: _calls.list_memories(store, scope, page_size, token), "memories")
+        return self._pages(lambda token: _calls.list_memories(store, scope, filter, page_size, token), "memories")
 
     async def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
         return await self._run(_calls.delete_memories(ids, allow_missing))
+
+    async def update_memory(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        vector: Sequence[float] | None = None,
+        expire_time: ExpireTime = None,
+        etag: str = "",
+        store: str = "",
+        allow_missing: bool = False,
+    ) -> memory_pb2.UpdateMemoryResponse:
+        changes = {
+            "content": content,
+            "metadata": metadata,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "session_id": session_id,
+            "vector": vector,
+            "expire_time": expire_time,
+        }
+        return await self._run(_calls.update_memory(memory_id, changes, etag, store, allow_missing))
+
+    def list_memory_versions(self, memory_id: str) -> AsyncIterator[memory_pb2.MemoryVersion]:
+        return self._pages(lambda token: _calls.list_memory_versions(memory_id, token), "versions")
+
+    async def erase_memories(
+        self, *, scope: ScopeLike = None, filter: FilterLike = None, stores: Sequence[str] = ()
+    ) -> int:
+        return await self._run(_calls.erase_memories(scope, filter, stores))
+
+    async def export_memories(
+        self,
+        *,
+        stores: Sequence[str] = (),
+        scope: ScopeLike = None,
+        filter: FilterLike = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[memory_pb2.ExportMemoriesResponse]:
+        stream = self._memory.ExportMemories(
+            _export_request(stores, scope, filter), timeout=timeout, metadata=self._metadata
+        )
+        try:
+            async for part in stream:
+                yield part
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def import_memories(
+        self,
+        parts: Iterable[memory_pb2.ImportMemoriesRequest | memory_pb2.ExportMemoriesResponse]
+        | AsyncIterable[memory_pb2.ImportMemoriesRequest | memory_pb2.ExportMemoriesResponse],
+        *,
+        timeout: float | None = None,
+    ) -> memory_pb2.ImportMemoriesResponse:
+        async def requests() -> AsyncIterator[memory_pb2.ImportMemoriesRequest]:
+            if isinstance(parts, AsyncIterable):
+                async for part in parts:
+                    yield _import_request(part)
+            else:
+                for part in parts:
+                    yield _import_request(part)
+
+        try:
+            return await self._memory.ImportMemories(requests(), timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def remember(
+        self,
+        store: str,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        scope: ScopeLike = None,
+        roles: Sequence[str] = ("user",),
+        min_chars: int = 0,
+        conversation_id: str = "",
+        extract: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> memory_pb2.RememberResponse:
+        return await self._run(
+            _calls.remember(store, messages, scope, roles, min_chars, conversation_id, extract, metadata)
+        )
 
     async def register_provider(self, name: str, target: str, **settings: Any) -> provider_pb2.Provider:
         return await self._run(_calls.register_provider(name, target, **settings))

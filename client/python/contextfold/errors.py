@@ -76,6 +76,12 @@ class Unauthenticated(ContextfoldError):
     code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class Aborted(ContextfoldError):
+    """A write lost to another (a stale etag): read the entry again and retry."""
+
+    code = grpc.StatusCode.ABORTED
+
+
 class ResourceExhausted(ContextfoldError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -99,6 +105,7 @@ _BY_CODE = {
         NotFound,
         AlreadyExists,
         FailedPrecondition,
+        Aborted,
         PermissionDenied,
         Unauthenticated,
         ResourceExhausted,

@@ -8,10 +8,12 @@ become response messages.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2, provider_pb2
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
 
 from ..engine.conversation import InjectedRef, Role, Turn
 from ..engine.format import MemoryFormat
@@ -51,9 +53,12 @@ from .checks import (
     check_vector,
     one_of,
 )
+from .filtering import filter_from_proto
 
 # Sources whose names are contextfold's own: no provider may take one.
 RESERVED_SOURCES = (MEMORY_SOURCE, COALESCED_SOURCE)
+# A store's default time-to-live: at most ten years.
+MAX_TTL_SECONDS = 3650 * 86400
 DEFAULT_PROVIDER_TIMEOUT_MS = 1000
 
 T = TypeVar("T")
@@ -107,7 +112,12 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
                         )
                     )
                 injected.append(
-                    InjectedRef(block.injected.source, tuple(block.injected.entry_ids), tuple(block.injected.sources))
+                    InjectedRef(
+                        block.injected.source,
+                        tuple(block.injected.entry_ids),
+                        tuple(block.injected.sources),
+                        block.injected.text,
+                    )
                 )
         turns.append(Turn(role, tuple(texts), has_tool_result, tuple(injected)))
     if violations:
@@ -167,6 +177,7 @@ def memory_request_from_proto(request: injection_pb2.InjectRequest) -> MemoryReq
         format=memory_format,
         format_template=options.format_template,
         ranking=ranking_from_proto(options.ranking, "memory.ranking"),
+        filter=filter_from_proto(options.filter, "memory.filter", options.HasField("filter")),
     )
 
 
@@ -278,10 +289,36 @@ def new_memories_from_proto(memories: Sequence[memory_pb2.Memory]) -> list[NewMe
                 violations.append(FieldViolation(f"{field}.id", f"repeats the id of memories[{seen[memory.id]}]"))
             seen.setdefault(memory.id, index)
         collect(check_vector, memory.vector, f"{field}.vector")
-        new.append(NewMemory(memory.content, tuple(memory.vector), memory.id, metadata, scope or Scope()))
+        expire_time = collect(time_from_proto, memory, "expire_time", f"{field}.expire_time")
+        new.append(NewMemory(memory.content, tuple(memory.vector), memory.id, metadata, scope or Scope(), expire_time))
     if violations:
         raise InvalidArgument(*violations)
     return new
+
+
+def time_from_proto(message: Message, name: str, field: str) -> datetime | None:
+    """The time in `message`'s field `name`, None when unset; INVALID_ARGUMENT when it is no time
+    (Postgres keeps years 1 to 9999 here as protobuf does)."""
+    if not message.HasField(name):
+        return None
+    try:
+        return getattr(message, name).ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError) as error:
+        raise InvalidArgument.of(field, f"is not a time: {error}") from None
+
+
+def ttl_from_proto(store: memory_pb2.Store, field: str) -> timedelta | None:
+    """A store's default time-to-live: None for unset or zero, else at least a second."""
+    if not store.HasField("default_ttl"):
+        return None
+    ttl = store.default_ttl
+    if ttl.seconds < 0 or ttl.nanos < 0 or not 0 <= ttl.nanos < 1_000_000_000:
+        raise InvalidArgument.of(field, "must not be negative")
+    if ttl.seconds == 0 and ttl.nanos == 0:
+        return None
+    if ttl.seconds < 1 or ttl.seconds > MAX_TTL_SECONDS:
+        raise InvalidArgument.of(field, f"must be from 1 second to {MAX_TTL_SECONDS // 86400} days")
+    return ttl.ToTimedelta()
 
 
 def store_to_proto(record: StoreRecord) -> memory_pb2.Store:
@@ -292,10 +329,13 @@ def store_to_proto(record: StoreRecord) -> memory_pb2.Store:
         memory_count=record.memory_count,
     )
     store.create_time.FromDatetime(record.create_time)
+    if record.default_ttl is not None:
+        store.default_ttl.FromTimedelta(record.default_ttl)
     return store
 
 
-def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
+def memory_to_proto(record: MemoryRecord, vector: Sequence[float] = ()) -> memory_pb2.Memory:
+    """The entry as responses show it; `vector` only where it is output (ExportMemories)."""
     memory = memory_pb2.Memory(
         id=record.id,
         store=record.store,
@@ -303,9 +343,14 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         user_id=record.scope.user_id,
         agent_id=record.scope.agent_id,
         session_id=record.scope.session_id,
+        etag=record.etag,
+        vector=vector,
     )
     memory.metadata.update(record.metadata)
     memory.create_time.FromDatetime(record.create_time)
+    memory.update_time.FromDatetime(record.update_time or record.create_time)
+    if record.expire_time is not None:
+        memory.expire_time.FromDatetime(record.expire_time)
     return memory
 
 

@@ -12,6 +12,9 @@ Health and reflection calls pass straight through.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import re
 import time
 import uuid
@@ -35,6 +38,8 @@ from .readiness import Readiness
 from .shape import check_inject_shape
 from .status import abort_with
 
+logger = logging.getLogger(__name__)
+
 INJECT = "/contextfold.v1.InjectionService/Inject"
 # Calls only an admin key may make: a namespace's stores and provider registrations.
 ADMIN_METHODS = frozenset(
@@ -42,6 +47,7 @@ ADMIN_METHODS = frozenset(
     for method in (
         "MemoryService/CreateStore",
         "MemoryService/DeleteStore",
+        "MemoryService/ImportMemories",
         "ProviderService/RegisterProvider",
         "ProviderService/GetProvider",
         "ProviderService/ListProviders",
@@ -78,23 +84,64 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         method = details.method
         if handler is None:
             return handler
-        if handler.unary_unary is None or not method.startswith("/contextfold."):
+        if not method.startswith("/contextfold."):
             # Health and reflection: decoded here too, so a request that does not parse is the
             # caller's INVALID_ARGUMENT, not gRPC's UNKNOWN naming a Python exception.
             return _decoding_requests(handler)
-        behavior: Behavior = handler.unary_unary
         codec = _Codec(handler.request_deserializer, handler.response_serializer, _SHAPE_CHECKS.get(method))
-
         # Bytes in, bytes out: the pipeline decodes and encodes, so a large message is
         # parsed off the event loop and one that does not parse is the caller's error.
-        async def serve(data: bytes, context: grpc.aio.ServicerContext) -> bytes | None:
-            return await self._serve(method, behavior, codec, data, context)
+        if handler.unary_unary is not None:
+            behavior: Behavior = handler.unary_unary
 
-        return grpc.unary_unary_rpc_method_handler(serve)
+            async def serve(data: bytes, context: grpc.aio.ServicerContext) -> bytes | None:
+                async with self._call(method, context) as outcome:
+                    response = await behavior(codec.decode(data), context)
+                    if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
+                        self._metrics.observe_injection(CALLER.get().namespace, response.report)
+                        outcome.update(_injection_fields(response.report))
+                    encoded = codec.encode(response)
+                    # Headers go with the answer, not before: a call cut off before it answers has sent
+                    # nothing, so a proxy may still retry it on another replica.
+                    await context.send_initial_metadata((("x-request-id", REQUEST_ID.get()),))
+                    return encoded
+                return None
 
-    async def _serve(
-        self, method: str, behavior: Behavior, codec: _Codec, data: bytes, context: grpc.aio.ServicerContext
-    ) -> bytes | None:
+            return grpc.unary_unary_rpc_method_handler(serve)
+        if handler.unary_stream is not None:
+            streaming = handler.unary_stream
+
+            async def serve_stream(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+                async with self._call(method, context):
+                    request = codec.decode(data)
+                    await context.send_initial_metadata((("x-request-id", REQUEST_ID.get()),))
+                    async for response in streaming(request, context):
+                        yield codec.encode(response)
+
+            return grpc.unary_stream_rpc_method_handler(serve_stream)
+        if handler.stream_unary is not None:
+            receiving = handler.stream_unary
+
+            async def serve_requests(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes | None:
+                async with self._call(method, context):
+
+                    async def decoded() -> AsyncIterator[Any]:
+                        async for data in requests:
+                            yield codec.decode(data)
+
+                    encoded = codec.encode(await receiving(decoded(), context))
+                    await context.send_initial_metadata((("x-request-id", REQUEST_ID.get()),))
+                    return encoded
+                return None
+
+            return grpc.stream_unary_rpc_method_handler(serve_requests)
+        raise TypeError(f"{method}: contextfold has no bidirectional streaming methods")
+
+    @contextlib.asynccontextmanager
+    async def _call(self, method: str, context: grpc.aio.ServicerContext) -> AsyncIterator[dict[str, Any]]:
+        """One call's admission and accounting, around its servicer: the request id, the span, the key
+        (the caller, set for the servicer), the calls in flight; a service error as its status; then the
+        metrics and the log line, which carries what the servicer adds to the dict it is given."""
         started = time.perf_counter()
         metadata = context.invocation_metadata() or ()
         sent = {key: value for key, value in metadata if isinstance(value, str)}
@@ -116,23 +163,20 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 self._metrics.in_flight.inc()
                 token, request_token = CALLER.set(caller), REQUEST_ID.set(request_id)
                 try:
-                    response = await behavior(codec.decode(data), context)
+                    yield outcome
                 finally:
                     CALLER.reset(token)
                     REQUEST_ID.reset(request_token)
                     self._in_flight -= 1
                     self._metrics.in_flight.dec()
-                if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
-                    self._metrics.observe_injection(caller.namespace, response.report)
-                    outcome = _injection_fields(response.report)
-                encoded = codec.encode(response)
-                # Headers go with the answer, not before: a call cut off before it answers has sent
-                # nothing, so a proxy may still retry it on another replica.
-                await context.send_initial_metadata((("x-request-id", request_id),))
-                return encoded
             except ServiceError as error:
                 await abort_with(context, error)
-                return None
+            except (grpc.aio.AbortError, GeneratorExit, asyncio.CancelledError):
+                raise
+            except Exception:
+                # A streaming method's unexpected error (unary ones are caught by `reports_errors` first).
+                logger.exception("method=<%s> | unexpected error", method)
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
             finally:
                 code = _code(context)
                 if code != "OK":

@@ -24,6 +24,8 @@ class InjectedRef:
     entry_ids: tuple[str, ...]
     # The sources a coalesced block holds.
     sources: tuple[str, ...] = ()
+    # The text the model was shown.
+    text: str = ""
 
     def holds(self, source: str) -> bool:
         return self.source == source or source in self.sources

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from .conversation import Turn, injected_entry_ids
 from .entries import RetrievedEntry
+from .filters import Filter
 from .format import MemoryFormat
 from .gate import Customizer, Gate, Skipped, SkipReason
 from .outcome import SourceFailed, SourceOutcome
@@ -48,6 +49,8 @@ class MemoryRequest:
     format_template: str = ""
     # None: the server's default ranking.
     ranking: Ranking | None = None
+    # Only entries matching it.
+    filter: Filter | None = None
 
     @property
     def gate(self) -> Gate:
@@ -69,6 +72,8 @@ class SearchQuery:
     exclude_ids: frozenset[str]
     # None: the server's default.
     ranking: Ranking | None = None
+    # Only entries matching it.
+    filter: Filter | None = None
 
 
 @dataclass
@@ -130,6 +135,7 @@ async def retrieve_memory(
         min_score=request.min_score,
         exclude_ids=injected_entry_ids(turns, MEMORY_SOURCE),
         ranking=request.ranking,
+        filter=request.filter,
     )
     result = await search(search_query)
     stages.done("search")

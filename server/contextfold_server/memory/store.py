@@ -9,19 +9,21 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..engine.filters import Filter
 from ..engine.memory import SearchQuery
-from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from ..postgres.migrations import SCHEMA
+from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..postgres.migrations import PURGE_SETTING, SCHEMA
 from ..postgres.pool import Connection, Database, NamespaceConnection
+from .filters import compile_filter
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class StoreRecord:
     dimension: int
     create_time: datetime
     memory_count: int = 0
+    # Entries added without an expiry expire this long after; None: never.
+    default_ttl: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class NewMemory:
     id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     scope: Scope = Scope()
+    # None: the store's default time-to-live after it is added, or never.
+    expire_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,51 @@ class MemoryRecord:
     scope: Scope
     create_time: datetime
     seq: int
+    # None until the first update.
+    update_time: datetime | None = None
+    expire_time: datetime | None = None
+    version: int = 1
+
+    @property
+    def etag(self) -> str:
+        """Changes with every update, and differs for an entry deleted and added again under its id."""
+        return f"{self.seq}.{self.version}"
+
+
+@dataclass(frozen=True)
+class ImportedMemory:
+    """An entry as ExportMemories wrote it: its own id, store, vector and times."""
+
+    memory: NewMemory
+    store: str
+    create_time: datetime | None
+    update_time: datetime | None
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """What an update replaced: the entry's fields in `version`, and when and by whom it was replaced."""
+
+    version: int
+    memory: MemoryRecord
+    replace_time: datetime
+    replaced_by: str
+
+
+# The fields UpdateMemory may change, by their name in an update mask.
+UPDATABLE = ("content", "metadata", "user_id", "agent_id", "session_id", "vector", "expire_time")
+
+
+@dataclass(frozen=True)
+class MemoryChange:
+    """An update: the new values of the fields in `fields` (names from `UPDATABLE`)."""
+
+    fields: frozenset[str]
+    content: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = Scope()
+    vector: Sequence[float] = ()
+    expire_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +152,13 @@ def is_memory_id(value: str) -> bool:
     return bool(_MEMORY_ID.fullmatch(value))
 
 
-_MEMORY_COLUMNS = "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq"
+_MEMORY_COLUMNS = (
+    "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq, update_time, expire_time, version"
+)
+# An entry is returned until it expires: the caller's clock (`%(live_at)s`) is past its expiry from that moment.
+_LIVE = " AND (m.expire_time IS NULL OR m.expire_time > %(live_at)s)"
+# The columns of an entry's version, as `memory_versions` keeps them.
+_VERSIONED = "store, content, metadata, user_id, agent_id, session_id, create_time, update_time, expire_time"
 
 
 def _memory(row: dict[str, Any]) -> MemoryRecord:
@@ -113,17 +170,34 @@ def _memory(row: dict[str, Any]) -> MemoryRecord:
         scope=Scope(row["user_id"], row["agent_id"], row["session_id"]),
         create_time=row["create_time"],
         seq=row["seq"],
+        update_time=row["update_time"],
+        expire_time=row["expire_time"],
+        version=row["version"],
     )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _scope_filter(columns: Iterable[str]) -> sql.Composable:
-    """` AND user_id = %(user_id)s`, … for each column of a scope's fields."""
+    """` AND m.user_id = %(user_id)s`, … for each column of a scope's fields (the entries' table is `m`)."""
     return sql.SQL("").join(
-        sql.SQL(" AND {} = {}").format(sql.Identifier(column), sql.Placeholder(column)) for column in columns
+        sql.SQL(" AND {} = {}").format(sql.Identifier("m", column), sql.Placeholder(column)) for column in columns
     )
 
 
+def _entries_where(scope: Scope, tree: Filter | None, live: bool = True) -> tuple[str, dict[str, Any]]:
+    """The conditions after `m.namespace = %(namespace)s` for the entries of `scope` matching `tree` (and
+    with `live`, not expired at `%(live_at)s`), and their parameters besides `live_at`."""
+    scoped = scope.fields()
+    condition, params = compile_filter(tree)
+    return _scope_filter(scoped).as_string(None) + (_LIVE if live else "") + condition, {**scoped, **params}
+
+
 # The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
+_STORE_COLUMNS = "name, description, dimension, create_time, default_ttl"
+_M_COLUMNS = sql.SQL(", ").join(sql.Identifier("m", column) for column in _MEMORY_COLUMNS.split(", "))
 _KNOWN_ONCE = (
     "CASE WHEN row_number() OVER () = 1"
     " THEN (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) END AS known"
@@ -137,18 +211,18 @@ _KNOWN_STORES = (
 
 
 @functools.lru_cache(maxsize=128)
-def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
-    """The search statement for a dimension and the scope columns set; composed once, so every
-    search of the same shape sends the same text (prepared by psycopg, planned per values)."""
+def _search_query(dimension: int, where: str) -> str:
+    """The search statement for a dimension and the entries' conditions (`_entries_where`); composed once,
+    so every search of the same shape sends the same text (prepared by psycopg, planned per values)."""
     return (
         sql.SQL(
             _KNOWN_STORES + ", candidates AS MATERIALIZED ("
             # Iterative index scans may return near-ties slightly out of order;
             # the outer sort restores exact order over the few candidates.
-            " SELECT {columns}, (embedding::vector({dim})) <=> %(vector)s AS distance FROM {memories}"
-            " WHERE namespace = %(namespace)s AND dimension = {dim}"
-            " AND store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
-            " AND NOT (id = ANY(%(exclude)s)){scope}"
+            " SELECT {columns}, (m.embedding::vector({dim})) <=> %(vector)s AS distance FROM {memories} m"
+            " WHERE m.namespace = %(namespace)s AND m.dimension = {dim}"
+            " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
+            " AND NOT (m.id = ANY(%(exclude)s)){where}"
             " ORDER BY distance LIMIT %(limit)s"
             ") SELECT " + _KNOWN_ONCE + ", found.*"
             " FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
@@ -157,50 +231,62 @@ def _search_query(dimension: int, scoped: tuple[str, ...]) -> str:
         )
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
-            columns=sql.SQL(_MEMORY_COLUMNS),
+            columns=_M_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
-            scope=_scope_filter(scoped),
+            where=sql.SQL(where),
         )
         .as_string(None)
     )
 
 
 @functools.lru_cache(maxsize=128)
-def _candidates_query(dimension: int, lexical: bool) -> str:
-    """The statement reading the candidates of rankings that judge each store's (`nearest_per_store`,
-    migration 10) and with `lexical` the entries holding the query's rare words besides, heaviest first
-    (`rare_word_matches`): each entry with its distance, and its words' weight when it holds any.
+def _candidates_query(dimension: int, lexical: bool, where: str, filtered: bool) -> str:
+    """The statement reading the candidates of rankings that judge each store's, and with `lexical` the
+    entries holding the query's rare words besides, heaviest first (`rare_word_matches`): each entry with
+    its distance, and its words' weight when it holds any. Without a filter (`where` holds the scope and
+    expiry only), each store's nearest come from `nearest_per_store` (migration 11); with one, each store's
+    `per_store` nearest that match it are read by a statement of their own, through the vector index (its
+    iterative scan skips what the filter refuses) or exactly, as its plan for the store decides.
     Composed once per shape."""
     words = (
         ", words AS MATERIALIZED ("
-        " SELECT {m_columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
+        " SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
         " rare.weight AS lexical FROM {rare_words}(%(words)s,"
         " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
         " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS rare"
-        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = rare.id"
+        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = rare.id{where}"
         ")"
         if lexical
         else ""
     )
+    nearest = (
+        " SELECT nearest.*, NULL::float8 AS lexical FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
+        " CROSS JOIN LATERAL (SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance"
+        " FROM {memories} m WHERE m.namespace = %(namespace)s AND m.dimension = {dim} AND m.store = s.name"
+        " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
+        if filtered
+        # The function is read where it is called, not through a CTE: a CTE copies what it returns.
+        else " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
+        " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
+        " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s)"
+    )
     return (
         sql.SQL(
-            # The function is read where it is called, not through a CTE: a CTE copies what it returns.
             _KNOWN_STORES + words + " SELECT " + _KNOWN_ONCE + ","
             " found.* FROM (SELECT 1) AS one LEFT JOIN ("
-            " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
-            " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
-            " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3])"
+            + nearest
             + (" UNION ALL SELECT * FROM words" if lexical else "")
             + ") AS found ON true"
         )
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
             nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
-            m_columns=sql.SQL(", ").join(sql.Identifier("m", column) for column in _MEMORY_COLUMNS.split(", ")),
+            columns=_M_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
             rare_words=sql.Identifier(SCHEMA, "rare_word_matches"),
+            where=sql.SQL(where),
         )
         .as_string(None)
     )
@@ -212,61 +298,83 @@ MAX_DIMENSIONS_PER_NAMESPACE = 8
 
 
 class PostgresMemoryStore:
-    def __init__(self, database: Database, new_dimension: Callable[[int], None] = lambda dimension: None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        new_dimension: Callable[[int], None] = lambda dimension: None,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
         self._database = database
         # Told each store's dimension as it is created, so its index gets built (`VectorIndexes.request`).
         self._new_dimension = new_dimension
+        # What time it is for expiry: an entry is gone from every read the moment this passes its expiry.
+        self._clock = clock
 
     def _connection(self, namespace: str) -> NamespaceConnection:
         return self._database.connection(namespace)
 
     # Stores
 
-    async def create_store(self, namespace: str, name: str, description: str, dimension: int) -> StoreRecord:
+    async def create_store(
+        self, namespace: str, name: str, description: str, dimension: int, default_ttl: timedelta | None = None
+    ) -> StoreRecord:
         """A new store; its dimension's index is built in the background if it has none yet. A
         namespace's stores use at most `MAX_DIMENSIONS_PER_NAMESPACE` dimensions (an index each)."""
         async with self._connection(namespace) as conn:
-            # One creation at a time per namespace, so two cannot both pass the cap.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"stores of {namespace}",))
-            cursor = await conn.execute(
-                f"SELECT array_agg(DISTINCT dimension) AS dimensions FROM {SCHEMA}.stores WHERE namespace = %s",
-                (namespace,),
-            )
-            used = set((await cursor.fetchone() or {}).get("dimensions") or ())
-            if dimension not in used and len(used) >= MAX_DIMENSIONS_PER_NAMESPACE:
-                raise ResourceExhausted(
-                    "DIMENSIONS_PER_NAMESPACE",
-                    f"store.dimension: this namespace's stores already use {len(used)} dimensions"
-                    f" ({', '.join(map(str, sorted(used)))}); the limit is {MAX_DIMENSIONS_PER_NAMESPACE}",
-                )
-            cursor = await conn.execute(
-                f"INSERT INTO {SCHEMA}.stores (namespace, name, description, dimension) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING RETURNING name, description, dimension, create_time",
-                (namespace, name, description, dimension),
-            )
-            row = await cursor.fetchone()
-            if row is None:
+            record = await self._create_store(conn, namespace, name, description, dimension, default_ttl)
+            if record is None:
                 raise AlreadyExists("store", name)
         self._new_dimension(dimension)
-        return StoreRecord(**row)
+        return record
+
+    async def _create_store(
+        self,
+        conn: Connection,
+        namespace: str,
+        name: str,
+        description: str,
+        dimension: int,
+        default_ttl: timedelta | None,
+    ) -> StoreRecord | None:
+        """The store created on `conn`, or None when its name is taken."""
+        # One creation at a time per namespace, so two cannot both pass the cap.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"stores of {namespace}",))
+        cursor = await conn.execute(
+            f"SELECT array_agg(DISTINCT dimension) AS dimensions FROM {SCHEMA}.stores WHERE namespace = %s",
+            (namespace,),
+        )
+        used = set((await cursor.fetchone() or {}).get("dimensions") or ())
+        if dimension not in used and len(used) >= MAX_DIMENSIONS_PER_NAMESPACE:
+            raise ResourceExhausted(
+                "DIMENSIONS_PER_NAMESPACE",
+                f"store.dimension: this namespace's stores already use {len(used)} dimensions"
+                f" ({', '.join(map(str, sorted(used)))}); the limit is {MAX_DIMENSIONS_PER_NAMESPACE}",
+            )
+        cursor = await conn.execute(
+            f"INSERT INTO {SCHEMA}.stores (namespace, name, description, dimension, default_ttl)"
+            f" VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING {_STORE_COLUMNS}",
+            (namespace, name, description, dimension, default_ttl),
+        )
+        row = await cursor.fetchone()
+        return None if row is None else StoreRecord(**row)
 
     async def list_stores(self, namespace: str, after: str, limit: int, scope: Scope = _UNSCOPED) -> list[StoreRecord]:
         """A page of stores, each with its count of entries within `scope` (a scope-bound key counts
-        its own user's entries, not everyone's)."""
-        scoped = scope.fields()
+        its own user's entries, not everyone's) that have not expired."""
+        where, params = _entries_where(scope, None)
         rows = await self._database.read(
             namespace,
             sql.SQL(
-                "SELECT s.name, s.description, s.dimension, s.create_time,"
-                " (SELECT count(*) FROM {memories} m WHERE m.namespace = s.namespace AND m.store = s.name{scope})"
-                " AS memory_count FROM {stores} s WHERE s.namespace = %(namespace)s AND s.name > %(after)s"
-                " ORDER BY s.name LIMIT %(limit)s"
+                "SELECT {columns}, (SELECT count(*) FROM {memories} m WHERE m.namespace = s.namespace"
+                " AND m.store = s.name{where}) AS memory_count FROM {stores} s"
+                " WHERE s.namespace = %(namespace)s AND s.name > %(after)s ORDER BY s.name LIMIT %(limit)s"
             ).format(
+                columns=sql.SQL(", ").join(sql.Identifier("s", c) for c in _STORE_COLUMNS.split(", ")),
                 memories=sql.Identifier(SCHEMA, "memories"),
                 stores=sql.Identifier(SCHEMA, "stores"),
-                scope=_scope_filter(scoped),
+                where=sql.SQL(where),
             ),
-            {"namespace": namespace, "after": after, "limit": limit, **scoped},
+            {"namespace": namespace, "after": after, "limit": limit, "live_at": self._clock(), **params},
         )
         return [StoreRecord(**row) for row in rows]
 
@@ -274,8 +382,8 @@ class PostgresMemoryStore:
         """The named stores that exist; every store of the namespace when `names` is empty."""
         rows = await self._database.read(
             namespace,
-            f"SELECT name, description, dimension, create_time FROM {SCHEMA}.stores"
-            " WHERE namespace = %s AND (cardinality(%s::text[]) = 0 OR name = ANY(%s::text[]))",
+            f"SELECT {_STORE_COLUMNS} FROM {SCHEMA}.stores"
+            " WHERE namespace = %s AND (cardinality(%s::text[]) = 0 OR name = ANY(%s::text[])) ORDER BY name",
             (namespace, list(names), list(names)),
         )
         return {row["name"]: StoreRecord(**row) for row in rows}
@@ -313,24 +421,22 @@ class PostgresMemoryStore:
                 memory.scope.session_id,
                 len(memory.vector),
                 np.asarray(memory.vector, dtype=np.float32),
+                memory.expire_time,
             )
             for memory in memories
         ]
         async with self._connection(namespace) as conn:
             # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
-            dimension = await _store_dimension(conn, namespace, store, lock="FOR SHARE")
+            dimension, ttl = await _store_settings(conn, namespace, store, lock="FOR SHARE")
             for index, memory in enumerate(memories):
-                if len(memory.vector) != dimension:
-                    raise InvalidArgument.of(
-                        f"memories[{index}].vector",
-                        f"has {len(memory.vector)} dimensions; store {store!r} has {dimension}",
-                    )
+                _check_dimension(memory.vector, dimension, store, f"memories[{index}].vector")
             async with conn.cursor() as insert:
                 await insert.executemany(
                     f"INSERT INTO {SCHEMA}.memories (namespace, id, store, content, metadata, user_id, agent_id,"
-                    " session_id, dimension, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                    " session_id, dimension, embedding, expire_time)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, coalesce(%s, now() + %s))"
                     " ON CONFLICT (namespace, id) DO NOTHING",
-                    rows,
+                    [(*row, ttl) for row in rows],
                 )
             ids = [row[1] for row in rows]
             cursor = await conn.execute(
@@ -358,18 +464,19 @@ class PostgresMemoryStore:
     ) -> tuple[dict[str, int], list[ScoredRecord]]:
         """In one round trip: the dimension of each store asked for that exists (every store of the
         namespace when `query.stores` is empty), and the `query.limit` entries nearest to
-        `query.vector` across those of its dimension, most similar first, none below `query.min_score`."""
-        scoped = scope.fields()
-        params = {
+        `query.vector` across those of its dimension that match `query.filter`, most similar first,
+        none below `query.min_score`."""
+        where, params = _entries_where(scope, query.filter)
+        params |= {
             "namespace": namespace,
-            **scoped,
             "names": list(query.stores),
             "vector": np.asarray(query.vector, dtype=np.float32),
             "exclude": sorted(query.exclude_ids),
             "limit": query.limit,
             "max_distance": None if query.min_score is None else 1.0 - query.min_score,
+            "live_at": self._clock(),
         }
-        rows = await self._database.read(namespace, _search_query(len(query.vector), tuple(scoped)), params)
+        rows = await self._database.read(namespace, _search_query(len(query.vector), where), params)
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         return _known(rows), results
 
@@ -378,10 +485,12 @@ class PostgresMemoryStore:
     ) -> tuple[dict[str, int], list[Candidate]]:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
-        where it matters (`nearest_per_store`, with a first pass of `pool` across them), and with
-        `lexical`, up to that many entries holding the rare words of `query.text` (an entry may be
-        among both). `query.min_score` is not applied: a store's crowd counts every entry."""
-        params = {
+        where it matters (`nearest_per_store`, with a first pass of `pool` across them; each store's
+        own when `query.filter` is set), and with `lexical`, up to that many entries holding the rare
+        words of `query.text` (an entry may be among both). `query.min_score` is not applied: a store's
+        crowd counts every entry."""
+        where, params = _entries_where(scope, query.filter)
+        params |= {
             "namespace": namespace,
             "names": list(query.stores),
             "vector": np.asarray(query.vector, dtype=np.float32),
@@ -389,10 +498,12 @@ class PostgresMemoryStore:
             "per_store": per_store,
             "pool": max(per_store, pool),
             "scope": [scope.user_id, scope.agent_id, scope.session_id],
+            "live_at": self._clock(),
         }
         if lexical:
             params |= {"words": query.text, "lexical": lexical}
-        rows = await self._database.read(namespace, _candidates_query(len(query.vector), bool(lexical)), params)
+        statement = _candidates_query(len(query.vector), bool(lexical), where, query.filter is not None)
+        rows = await self._database.read(namespace, statement, params)
         found = [
             Candidate(_memory(row), 1.0 - float(row["distance"]), row["lexical"])
             for row in rows
@@ -401,49 +512,43 @@ class PostgresMemoryStore:
         return _known(rows), found
 
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = _UNSCOPED) -> MemoryRecord:
-        """The entry, if it exists within `scope`: outside it, it does not."""
-        scoped = scope.fields()
+        """The entry, if it exists within `scope` and has not expired: otherwise, it does not."""
+        where, params = _entries_where(scope, None)
         rows = await self._database.read(
             namespace,
-            sql.SQL("SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND id = %(id)s{scope}").format(
-                columns=sql.SQL(_MEMORY_COLUMNS), table=sql.Identifier(SCHEMA, "memories"), scope=_scope_filter(scoped)
-            ),
-            {"namespace": namespace, "id": memory_id, **scoped},
+            f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories m"
+            f" WHERE m.namespace = %(namespace)s AND m.id = %(id)s{where}",
+            {"namespace": namespace, "id": memory_id, "live_at": self._clock(), **params},
         )
         if not rows:
             raise NotFound("memory", memory_id)
         return _memory(rows[0])
 
     async def list_memories(
-        self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int
+        self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int, tree: Filter | None = None
     ) -> list[MemoryRecord]:
-        scoped = scope.fields()
+        """A page of the store's entries within `scope` that match `tree`, oldest first, after `after_seq`."""
+        where, params = _entries_where(scope, tree)
         async with self._connection(namespace) as conn:
-            await _store_dimension(conn, namespace, store)
+            await _store_settings(conn, namespace, store)
             cursor = await conn.execute(
-                sql.SQL(
-                    "SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND store = %(store)s"
-                    " AND seq > %(after)s{scope} ORDER BY seq LIMIT %(limit)s"
-                ).format(
-                    columns=sql.SQL(_MEMORY_COLUMNS),
-                    table=sql.Identifier(SCHEMA, "memories"),
-                    scope=_scope_filter(scoped),
-                ),
-                {"namespace": namespace, "store": store, "after": after_seq, "limit": limit, **scoped},
+                f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
+                f" AND m.store = %(store)s AND m.seq > %(after)s{where} ORDER BY m.seq LIMIT %(limit)s",
+                {"namespace": namespace, "store": store, "after": after_seq, "limit": limit, "live_at": self._clock()}
+                | params,
             )
             return [_memory(row) for row in await cursor.fetchall()]
 
     async def delete_memories(
         self, namespace: str, ids: Sequence[str], allow_missing: bool, scope: Scope = _UNSCOPED
     ) -> int:
-        """Delete the entries by id, within `scope` (outside it they do not exist)."""
-        scoped = scope.fields()
+        """Delete the entries by id, within `scope` (outside it, or expired, they do not exist)."""
+        where, params = _entries_where(scope, None)
         async with self._connection(namespace) as conn:
             cursor = await conn.execute(
-                sql.SQL(
-                    "DELETE FROM {table} WHERE namespace = %(namespace)s AND id = ANY(%(ids)s){scope} RETURNING id"
-                ).format(table=sql.Identifier(SCHEMA, "memories"), scope=_scope_filter(scoped)),
-                {"namespace": namespace, "ids": list(ids), **scoped},
+                f"DELETE FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s AND m.id = ANY(%(ids)s)"
+                f"{where} RETURNING m.id",
+                {"namespace": namespace, "ids": list(ids), "live_at": self._clock(), **params},
             )
             deleted = {row["id"] for row in await cursor.fetchall()}
             missing = [memory_id for memory_id in ids if memory_id not in deleted]
@@ -452,18 +557,329 @@ class PostgresMemoryStore:
                 raise NotFound("memory", missing[0], f"memories do not exist: {', '.join(map(repr, missing))}")
             return len(deleted)
 
+    # The lifecycle: updates and their versions, erasure, export and import, expiry.
+
+    async def update_memory(
+        self,
+        namespace: str,
+        memory_id: str,
+        change: MemoryChange,
+        *,
+        etag: str = "",
+        store: str = "",
+        allow_missing: bool = False,
+        scope: Scope = _UNSCOPED,
+        replaced_by: str = "",
+    ) -> tuple[MemoryRecord, bool]:
+        """The entry after `change`, and whether it was added: with `allow_missing`, an id no live entry
+        holds within `scope` is added to `store` (from the change's fields). Otherwise the version it
+        replaces is kept, with `replaced_by` and the time. `etag`, when given, must be the entry's: ABORTED
+        when another update came first. The entry's row is locked for the update, so two updates of one
+        version cannot both pass the check."""
+        where, params = _entries_where(scope, None)
+        live_at = self._clock()
+        async with self._connection(namespace) as conn:
+            cursor = await conn.execute(
+                f"SELECT {_MEMORY_COLUMNS}, m.dimension FROM {SCHEMA}.memories m"
+                f" WHERE m.namespace = %(namespace)s AND m.id = %(id)s{where} FOR UPDATE",
+                {"namespace": namespace, "id": memory_id, "live_at": live_at, **params},
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                if not allow_missing:
+                    raise NotFound("memory", memory_id)
+                if etag:
+                    raise Aborted("ETAG_MISMATCH", f"memory {memory_id!r} does not exist: no etag matches it")
+                return await self._add_for_update(conn, namespace, memory_id, change, store, live_at), True
+            current = _memory(row)
+            if etag and etag != current.etag:
+                raise Aborted(
+                    "ETAG_MISMATCH",
+                    f"memory {memory_id!r} changed since it was read (etag {current.etag!r}, not {etag!r}):"
+                    " read it again and retry",
+                )
+            if store and store != current.store:
+                raise InvalidArgument.of("memory.store", f"memory {memory_id!r} is in store {current.store!r}")
+            if "vector" in change.fields:
+                _check_dimension(change.vector, row["dimension"], current.store, "memory.vector")
+            await conn.execute(
+                f"INSERT INTO {SCHEMA}.memory_versions (namespace, id, version, {_VERSIONED}, replaced_by)"
+                f" SELECT namespace, id, version, {_VERSIONED}, %s FROM {SCHEMA}.memories"
+                " WHERE namespace = %s AND id = %s",
+                (replaced_by, namespace, memory_id),
+            )
+            assignments = ["version = version + 1", "update_time = now()"]
+            values: dict[str, Any] = {"namespace": namespace, "id": memory_id}
+            for name in sorted(change.fields):
+                if name in ("user_id", "agent_id", "session_id"):
+                    values[name] = getattr(change.scope, name)
+                elif name == "metadata":
+                    values[name] = Jsonb(change.metadata)
+                elif name == "vector":
+                    values[name] = np.asarray(change.vector, dtype=np.float32)
+                else:
+                    values[name] = getattr(change, name)
+                column = "embedding" if name == "vector" else name
+                assignments.append(f"{column} = %({name})s")
+            cursor = await conn.execute(
+                f"UPDATE {SCHEMA}.memories SET {', '.join(assignments)}"
+                f" WHERE namespace = %(namespace)s AND id = %(id)s RETURNING {_MEMORY_COLUMNS}",
+                values,
+            )
+            updated = await cursor.fetchone()
+            assert updated is not None  # locked above
+            return _memory(updated), False
+
+    async def _add_for_update(
+        self, conn: Connection, namespace: str, memory_id: str, change: MemoryChange, store: str, live_at: datetime
+    ) -> MemoryRecord:
+        """An upsert's add: the entry from the change's fields, in `store`. An expired entry still holding
+        the id (not purged yet) goes first; one outside the caller's scope keeps it (ALREADY_EXISTS)."""
+        dimension, ttl = await _store_settings(conn, namespace, store, lock="FOR SHARE")
+        _check_dimension(change.vector, dimension, store, "memory.vector")
+        await conn.execute(
+            f"DELETE FROM {SCHEMA}.memories WHERE namespace = %s AND id = %s AND expire_time <= %s",
+            (namespace, memory_id, live_at),
+        )
+        cursor = await conn.execute(
+            f"INSERT INTO {SCHEMA}.memories (namespace, id, store, content, metadata, user_id, agent_id,"
+            " session_id, dimension, embedding, expire_time)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, coalesce(%s, now() + %s))"
+            f" ON CONFLICT (namespace, id) DO NOTHING RETURNING {_MEMORY_COLUMNS}",
+            (
+                namespace,
+                memory_id,
+                store,
+                change.content,
+                Jsonb(change.metadata),
+                change.scope.user_id,
+                change.scope.agent_id,
+                change.scope.session_id,
+                dimension,
+                np.asarray(change.vector, dtype=np.float32),
+                change.expire_time,
+                ttl,
+            ),
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            raise AlreadyExists("memory", memory_id, f"memory.id: {memory_id!r} is taken")
+        return _memory(row)
+
+    async def list_versions(
+        self, namespace: str, memory_id: str, scope: Scope, before: int, limit: int
+    ) -> list[MemoryVersion]:
+        """The versions of a live entry within `scope` that updates replaced, newest first, older than
+        `before` (0: from the newest). NOT_FOUND when the entry is not there."""
+        await self.get_memory(namespace, memory_id, scope)
+        rows = await self._database.read(
+            namespace,
+            f"SELECT id, seq, version, {_VERSIONED}, replace_time, replaced_by"
+            f" FROM {SCHEMA}.memory_versions v CROSS JOIN (SELECT seq FROM {SCHEMA}.memories"
+            "  WHERE namespace = %(namespace)s AND id = %(id)s) AS m"
+            " WHERE v.namespace = %(namespace)s AND v.id = %(id)s AND (%(before)s = 0 OR v.version < %(before)s)"
+            " ORDER BY v.version DESC LIMIT %(limit)s",
+            {"namespace": namespace, "id": memory_id, "before": before, "limit": limit},
+        )
+        return [MemoryVersion(row["version"], _memory(row), row["replace_time"], row["replaced_by"]) for row in rows]
+
+    async def erase(
+        self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None, batch: int = 1000
+    ) -> int:
+        """Delete every entry of `stores` (every store when empty) within `scope` matching `tree`, expired
+        ones too, with their versions; with a scope and no filter, the turns Remember noted for it too.
+        In batches of `batch`, each its own transaction: a long erasure holds no lock for long, and one
+        cut short is finished by calling again. Named stores must exist."""
+        if stores:
+            found = await self.get_stores(namespace, stores)
+            missing = [name for name in stores if name not in found]
+            if missing:
+                raise NotFound("store", missing[0])
+        where, params = _entries_where(scope, tree, live=False)
+        params |= {"namespace": namespace, "stores": list(stores), "batch": batch}
+        statement = (
+            f"DELETE FROM {SCHEMA}.memories WHERE namespace = %(namespace)s AND id IN ("
+            f" SELECT m.id FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
+            f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){where}"
+            " LIMIT %(batch)s) RETURNING 1"
+        )
+        erased = 0
+        while True:
+            async with self._connection(namespace) as conn:
+                cursor = await conn.execute(statement, params)
+                # Counted from the rows returned: in pipeline mode, a cursor's rowcount is not known yet.
+                deleted = len(await cursor.fetchall())
+            erased += deleted
+            if deleted < batch:
+                break
+        if tree is None and scope.fields():
+            turns, turn_params = _entries_where(scope, None, live=False)
+            async with self._connection(namespace) as conn:
+                await conn.execute(
+                    f"DELETE FROM {SCHEMA}.remembered_turns m WHERE m.namespace = %(namespace)s"
+                    f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){turns}",
+                    {"namespace": namespace, "stores": list(stores), **turn_params},
+                )
+        return erased
+
+    async def export(
+        self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None, batch: int = 256
+    ) -> AsyncIterator[list[tuple[MemoryRecord, list[float]]]]:
+        """The live entries of `stores` within `scope` matching `tree`, with their vectors, oldest first,
+        `batch` at a time: each batch one read after the last one's position, so an export holds no
+        transaction open while its reader is slow."""
+        where, params = _entries_where(scope, tree)
+        params |= {"namespace": namespace, "stores": list(stores), "batch": batch}
+        after = 0
+        while True:
+            rows = await self._database.read(
+                namespace,
+                f"SELECT {_MEMORY_COLUMNS}, m.embedding FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
+                f" AND m.store = ANY(%(stores)s::text[]) AND m.seq > %(after)s{where}"
+                " ORDER BY m.seq LIMIT %(batch)s",
+                {**params, "after": after, "live_at": self._clock()},
+            )
+            if not rows:
+                return
+            # pgvector's psycopg adapter reads the column as its `Vector`.
+            yield [(_memory(row), row["embedding"].to_list()) for row in rows]
+            if len(rows) < batch:
+                return
+            after = rows[-1]["seq"]
+
+    async def import_batch(
+        self, namespace: str, stores: Sequence[StoreRecord], memories: Sequence[ImportedMemory]
+    ) -> tuple[list[str], dict[str, int]]:
+        """Create the stores that do not exist (one that does must have the same dimension), and add the
+        entries, replacing one whose id exists with something else: all or nothing. The stores created
+        (their indexes are requested), and how many entries were added, replaced and left unchanged."""
+        created: list[str] = []
+        async with self._connection(namespace) as conn:
+            for index, record in enumerate(stores):
+                made = await self._create_store(
+                    conn, namespace, record.name, record.description, record.dimension, record.default_ttl
+                )
+                if made is not None:
+                    created.append(record.name)
+                    continue
+                dimension, _ = await _store_settings(conn, namespace, record.name)
+                if dimension != record.dimension:
+                    raise FailedPrecondition(
+                        f"stores[{index}]: store {record.name!r} exists with {dimension} dimensions, not"
+                        f" {record.dimension}"
+                    )
+            settings = {}
+            for index, imported in enumerate(memories):
+                if imported.store not in settings:
+                    settings[imported.store] = await _store_settings(conn, namespace, imported.store, "FOR SHARE")
+                _check_dimension(
+                    imported.memory.vector, settings[imported.store][0], imported.store, f"memories[{index}].vector"
+                )
+            counts = {"added": 0, "replaced": 0}
+            if memories:
+                cursor = await conn.execute(
+                    f"WITH given AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[],"
+                    " %s::text[], %s::text[], %s::text[], %s::vector[], %s::timestamptz[], %s::timestamptz[],"
+                    " %s::timestamptz[]) AS g(id, store, content, metadata, user_id, agent_id, session_id,"
+                    " embedding, create_time, update_time, expire_time))"
+                    f" INSERT INTO {SCHEMA}.memories AS m (namespace, id, store, content, metadata, user_id,"
+                    " agent_id, session_id, dimension, embedding, create_time, update_time, expire_time)"
+                    " SELECT %s, id, store, content, metadata, user_id, agent_id, session_id,"
+                    " vector_dims(embedding), embedding, coalesce(create_time, now()), update_time, expire_time"
+                    " FROM given ON CONFLICT (namespace, id) DO UPDATE SET store = excluded.store,"
+                    " content = excluded.content, metadata = excluded.metadata, user_id = excluded.user_id,"
+                    " agent_id = excluded.agent_id, session_id = excluded.session_id,"
+                    " dimension = excluded.dimension, embedding = excluded.embedding,"
+                    " create_time = excluded.create_time, update_time = excluded.update_time,"
+                    " expire_time = excluded.expire_time, version = m.version + 1"
+                    " WHERE (m.store, m.content, m.metadata, m.user_id, m.agent_id, m.session_id, m.embedding,"
+                    " m.create_time, m.update_time, m.expire_time) IS DISTINCT FROM (excluded.store,"
+                    " excluded.content, excluded.metadata, excluded.user_id, excluded.agent_id, excluded.session_id,"
+                    " excluded.embedding, excluded.create_time, excluded.update_time, excluded.expire_time)"
+                    " RETURNING (xmax = 0) AS added",
+                    (
+                        [m.memory.id for m in memories],
+                        [m.store for m in memories],
+                        [m.memory.content for m in memories],
+                        [Jsonb(m.memory.metadata) for m in memories],
+                        [m.memory.scope.user_id for m in memories],
+                        [m.memory.scope.agent_id for m in memories],
+                        [m.memory.scope.session_id for m in memories],
+                        [np.asarray(m.memory.vector, dtype=np.float32) for m in memories],
+                        [m.create_time for m in memories],
+                        [m.update_time for m in memories],
+                        [m.memory.expire_time for m in memories],
+                        namespace,
+                    ),
+                )
+                for row in await cursor.fetchall():
+                    counts["added" if row["added"] else "replaced"] += 1
+            counts["unchanged"] = len(memories) - counts["added"] - counts["replaced"]
+        for record in stores:
+            if record.name in created:
+                self._new_dimension(record.dimension)
+        return created, counts
+
+    async def purge_expired(self, batch: int) -> int:
+        """Delete up to `batch` entries that expired, in any namespace (the purge's own policy lets this
+        connection see them, and nothing else): how many were deleted."""
+        async with self._database.connection("") as conn:
+            await conn.execute("SELECT set_config(%s, 'on', true)", (PURGE_SETTING,))
+            cursor = await conn.execute(
+                f"DELETE FROM {SCHEMA}.memories WHERE (namespace, id) IN (SELECT namespace, id"
+                f" FROM {SCHEMA}.memories WHERE expire_time <= now() LIMIT %s) RETURNING 1",
+                (batch,),
+            )
+            return len(await cursor.fetchall())
+
+    # Remember's turns
+
+    async def remember_turns(
+        self, namespace: str, store: str, scope: Scope, turns: Sequence[str], memories: Sequence[NewMemory]
+    ) -> tuple[list[str], list[MemoryRecord]]:
+        """Note the turns (their hashes) as remembered and add `memories`, in one transaction; ABORTED when
+        another call noted one of them first (its memories are that call's). The turns noted."""
+        async with self._connection(namespace) as conn:
+            await _store_settings(conn, namespace, store, lock="FOR SHARE")
+            cursor = await conn.execute(
+                f"INSERT INTO {SCHEMA}.remembered_turns (namespace, store, turn, user_id, agent_id, session_id)"
+                " SELECT %s, %s, turn, %s, %s, %s FROM unnest(%s::text[]) AS t(turn)"
+                " ON CONFLICT DO NOTHING RETURNING turn",
+                (namespace, store, scope.user_id, scope.agent_id, scope.session_id, list(turns)),
+            )
+            noted = [row["turn"] for row in await cursor.fetchall()]
+            if len(noted) != len(turns):
+                raise Aborted("CONCURRENT_REMEMBER", "another call is remembering these turns: retry to skip them")
+        records = await self.add_memories(namespace, store, memories) if memories else []
+        return noted, records
+
+    async def remembered(self, namespace: str, store: str, turns: Sequence[str]) -> set[str]:
+        """Which of `turns` (hashes) Remember has noted in `store`."""
+        rows = await self._database.read(
+            namespace,
+            f"SELECT turn FROM {SCHEMA}.remembered_turns WHERE namespace = %s AND store = %s AND turn = ANY(%s)",
+            (namespace, store, list(turns)),
+        )
+        return {row["turn"] for row in rows}
+
 
 def _known(rows: list[dict[str, Any]]) -> dict[str, int]:
     """The dimension of each store a search statement found (`_KNOWN_ONCE`: on one of its rows)."""
     return dict(next(row["known"] for row in rows if row["known"] is not None))
 
 
-async def _store_dimension(conn: Connection, namespace: str, store: str, lock: str = "") -> int:
-    """The store's dimension; NOT_FOUND when it does not exist."""
+async def _store_settings(conn: Connection, namespace: str, store: str, lock: str = "") -> tuple[int, timedelta | None]:
+    """The store's dimension and default time-to-live; NOT_FOUND when it does not exist."""
     cursor = await conn.execute(
-        f"SELECT dimension FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s {lock}", (namespace, store)
+        f"SELECT dimension, default_ttl FROM {SCHEMA}.stores WHERE namespace = %s AND name = %s {lock}",
+        (namespace, store),
     )
     row = await cursor.fetchone()
     if row is None:
         raise NotFound("store", store)
-    return row["dimension"]
+    return row["dimension"], row["default_ttl"]
+
+
+def _check_dimension(vector: Sequence[float], dimension: int, store: str, field: str) -> None:
+    if len(vector) != dimension:
+        raise InvalidArgument.of(field, f"has {len(vector)} dimensions; store {store!r} has {dimension}")

@@ -106,6 +106,11 @@ class Metrics:
             ["namespace", "provider", "outcome"],
             registry=self.registry,
         )
+        self.memories_purged = Counter(
+            "contextfold_memories_purged",
+            "Expired entries deleted by the background purge (they were not returned from the moment they expired)",
+            registry=self.registry,
+        )
         self.reranker_calls = Counter(
             "contextfold_reranker_calls",
             "Calls to the remote reranker by outcome: ok, or timeout, unreachable, status, answer, no_text (each"

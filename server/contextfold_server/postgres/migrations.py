@@ -26,7 +26,12 @@ OPEN_NAMESPACE = "~open"
 # Every tenant's rows carry its namespace; the session setting names the namespace
 # a connection acts for, and row-level security shows and accepts only its rows.
 NAMESPACE_SETTING = "contextfold.namespace"
-_TENANT_TABLES = ("stores", "memories", "providers")
+# The tables row-level security guarded from migration 4 on, and those added since.
+_FIRST_TENANT_TABLES = ("stores", "memories", "providers")
+_TENANT_TABLES = (*_FIRST_TENANT_TABLES, "memory_versions", "remembered_turns")
+# A connection setting this (the purge's, never a request's) sees and deletes every namespace's expired
+# entries, and nothing else.
+PURGE_SETTING = "contextfold.purge"
 
 # The text search configuration of the lexical index: English stemming and stop words.
 LEXICAL_CONFIG = "english"
@@ -42,6 +47,126 @@ EXACT_SEARCH_ENTRIES = 3000
 # One advisory-lock key for the migrations (indexes of new dimensions have their own, in vector_index.py),
 # so replicas starting together never race.
 _DDL_LOCK = 0x636F6E74  # "cont"
+
+
+def _nearest_per_store(expiring: bool) -> str:
+    """`nearest_per_store` as migration 10 created it, or with `expiring` as migration 11 does: then it
+    takes the caller's clock (`p_live_at`), returns no entry expired by then, and returns each entry's
+    update time, expiry and version besides (`live_entry`). Its EXECUTEs pass the
+    time as $10, after fillers where a statement uses fewer parameters."""
+    live_parameter = ", p_live_at timestamptz" if expiring else ""
+    live_declaration = (
+        "\n            p_live constant text := ' AND (m.expire_time IS NULL OR m.expire_time > $10)';"
+        if expiring
+        else ""
+    )
+    live_read = "' || p_live || '" if expiring else ""
+    # The time after the first eight parameters of a statement that takes eight.
+    m = ", NULL::integer, p_live_at" if expiring else ""
+    live_static = " AND (m.expire_time IS NULL OR m.expire_time > p_live_at)" if expiring else ""
+    live_scoped = ", p_live_at" if expiring else ""
+    live_columns = "m.update_time, m.expire_time, m.version, " if expiring else ""
+    entry_type, distance_column = ("live_entry", 13) if expiring else ("nearest_entry", 10)
+    return f"""CREATE FUNCTION {SCHEMA}.nearest_per_store(
+            p_namespace text, p_dimension integer, p_vector vector, p_stores text[], p_per_store integer,
+            p_pool integer, p_exclude text[], p_user_id text, p_agent_id text, p_session_id text{live_parameter}
+        ) RETURNS SETOF {SCHEMA}.{entry_type}
+        LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
+        DECLARE
+            p_small text[] := '{{}}';
+            p_large boolean := false;
+            p_pooled {SCHEMA}.{entry_type}[];
+            p_scoped boolean := p_user_id <> '' OR p_agent_id <> '' OR p_session_id <> '';
+            p_scope constant text := ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
+                ' AND NOT (m.id = ANY($4)) AND ($5 = '''' OR m.user_id = $5) AND ($6 = '''' OR m.agent_id = $6)'
+                ' AND ($7 = '''' OR m.session_id = $7)';
+            p_columns constant text := 'SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id,'
+                ' m.session_id, m.create_time, m.seq, {live_columns}';{live_declaration}
+        BEGIN
+            IF cardinality(p_stores) = 1 THEN
+                -- One store: its own nearest are all there is to read, through the index or exactly, as the
+                -- statement's plan for its values decides.
+                RETURN QUERY EXECUTE format(
+                    p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
+                        || ' AND m.store = ANY($3){live_read} ORDER BY distance LIMIT $8',
+                    p_dimension
+                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_per_store{m};
+                RETURN;
+            END IF;
+            IF p_scoped THEN
+                -- As below, in one statement planned for the scope's values.
+                EXECUTE format(
+                    'SELECT coalesce(array_agg(sized.name) FILTER (WHERE sized.exact), ''{{}}''),'
+                    ' coalesce(bool_or(NOT sized.exact), false) FROM ('
+                    ' SELECT counted.name, counted.entries <= {EXACT_STORE_ENTRIES} AND sum(counted.entries)'
+                    ' OVER (ORDER BY counted.entries, counted.name) <= {EXACT_SEARCH_ENTRIES} AS exact FROM ('
+                    ' SELECT s.name, (SELECT count(*) FROM (SELECT' || p_scope
+                    || ' AND m.store = s.name LIMIT {EXACT_STORE_ENTRIES + 1}) AS c) AS entries'
+                    ' FROM unnest($3) AS s(name)) AS counted) AS sized',
+                    p_dimension
+                ) INTO p_small, p_large
+                USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id;
+            ELSE
+                -- Every store counted in one statement (each up to one past the limit, from its index); the
+                -- smallest are read exactly while their entries add up to EXACT_SEARCH_ENTRIES at most.
+                SELECT coalesce(array_agg(sized.name) FILTER (WHERE sized.exact), '{{}}'),
+                    coalesce(bool_or(NOT sized.exact), false)
+                INTO p_small, p_large
+                FROM (
+                    SELECT counted.name, counted.entries <= {EXACT_STORE_ENTRIES}
+                        AND sum(counted.entries) OVER (ORDER BY counted.entries, counted.name) <= {EXACT_SEARCH_ENTRIES}
+                        AS exact
+                    FROM (
+                        SELECT s.name, (
+                            SELECT count(*) FROM (
+                                SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = s.name
+                                LIMIT {EXACT_STORE_ENTRIES + 1}
+                            ) AS c
+                        ) AS entries
+                        FROM unnest(p_stores) AS s(name)
+                    ) AS counted
+                ) AS sized;
+            END IF;
+            IF p_large THEN
+                -- The pass reads every store searched (a broad filter keeps the vector index quick). It
+                -- returns the large stores' entries, and those of a small store it holds p_per_store of
+                -- (its nearest, then): the other small stores are read whole below.
+                EXECUTE format(
+                    'SELECT array_agg(pooled::{SCHEMA}.{entry_type}) FROM (' || p_columns
+                        || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
+                        || ' AND m.store = ANY($3){live_read} ORDER BY distance LIMIT $8) AS pooled',
+                    p_dimension
+                ) INTO p_pooled
+                USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool{m};
+                SELECT coalesce(array_agg(s.name), '{{}}') INTO p_small FROM unnest(p_small) AS s(name)
+                WHERE (SELECT count(*) FROM unnest(p_pooled) AS x WHERE x.store = s.name) < p_per_store;
+                RETURN QUERY SELECT x.* FROM unnest(p_pooled) AS x WHERE NOT (x.store = ANY(p_small));
+            END IF;
+            IF NOT p_scoped THEN
+                RETURN QUERY
+                    SELECT nearest.* FROM unnest(p_small) AS s(name)
+                    CROSS JOIN LATERAL (
+                        SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id, m.session_id,
+                            m.create_time, m.seq, {live_columns}(m.embedding <=> p_vector)::float8 AS distance
+                        FROM {SCHEMA}.memories m
+                        WHERE m.namespace = p_namespace AND m.store = s.name AND m.dimension = p_dimension
+                            AND NOT (m.id = ANY(p_exclude)){live_static}
+                        ORDER BY {distance_column} LIMIT p_per_store
+                    ) AS nearest;
+                RETURN;
+            END IF;
+            -- Scoped: in one statement planned for the scope's values. Ordered by the distance itself, not
+            -- its cast: read exactly, never through the vector index.
+            RETURN QUERY EXECUTE format(
+                'SELECT nearest.* FROM unnest($8) AS s(name) CROSS JOIN LATERAL ('
+                    || p_columns || '(m.embedding <=> $1)::float8 AS distance' || p_scope
+                    || ' AND m.store = s.name{live_read} ORDER BY distance LIMIT $9) AS nearest',
+                p_dimension
+            ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_small,
+                p_per_store{live_scoped};
+        END
+        $function$;"""
+
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -108,7 +233,7 @@ MIGRATIONS: list[tuple[int, str]] = [
                 USING (namespace = current_setting('{NAMESPACE_SETTING}', true))
                 WITH CHECK (namespace = current_setting('{NAMESPACE_SETTING}', true));
             """
-            for table in _TENANT_TABLES
+            for table in _FIRST_TENANT_TABLES
         )
         + f"""
         CREATE TABLE {SCHEMA}.api_keys (
@@ -209,105 +334,9 @@ MIGRATIONS: list[tuple[int, str]] = [
             id text, store text, content text, metadata jsonb, user_id text, agent_id text,
             session_id text, create_time timestamptz, seq bigint, distance float8
         );
-        CREATE FUNCTION {SCHEMA}.nearest_per_store(
-            p_namespace text, p_dimension integer, p_vector vector, p_stores text[], p_per_store integer,
-            p_pool integer, p_exclude text[], p_user_id text, p_agent_id text, p_session_id text
-        ) RETURNS SETOF {SCHEMA}.nearest_entry
-        LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $function$
-        DECLARE
-            p_small text[] := '{{}}';
-            p_large boolean := false;
-            p_pooled {SCHEMA}.nearest_entry[];
-            p_scoped boolean := p_user_id <> '' OR p_agent_id <> '' OR p_session_id <> '';
-            p_scope constant text := ' FROM {SCHEMA}.memories m WHERE m.namespace = $2 AND m.dimension = %1$s'
-                ' AND NOT (m.id = ANY($4)) AND ($5 = '''' OR m.user_id = $5) AND ($6 = '''' OR m.agent_id = $6)'
-                ' AND ($7 = '''' OR m.session_id = $7)';
-            p_columns constant text := 'SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id,'
-                ' m.session_id, m.create_time, m.seq, ';
-        BEGIN
-            IF cardinality(p_stores) = 1 THEN
-                -- One store: its own nearest are all there is to read, through the index or exactly, as the
-                -- statement's plan for its values decides.
-                RETURN QUERY EXECUTE format(
-                    p_columns || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
-                        || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8',
-                    p_dimension
-                ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_per_store;
-                RETURN;
-            END IF;
-            IF p_scoped THEN
-                -- As below, in one statement planned for the scope's values.
-                EXECUTE format(
-                    'SELECT coalesce(array_agg(sized.name) FILTER (WHERE sized.exact), ''{{}}''),'
-                    ' coalesce(bool_or(NOT sized.exact), false) FROM ('
-                    ' SELECT counted.name, counted.entries <= {EXACT_STORE_ENTRIES} AND sum(counted.entries)'
-                    ' OVER (ORDER BY counted.entries, counted.name) <= {EXACT_SEARCH_ENTRIES} AS exact FROM ('
-                    ' SELECT s.name, (SELECT count(*) FROM (SELECT' || p_scope
-                    || ' AND m.store = s.name LIMIT {EXACT_STORE_ENTRIES + 1}) AS c) AS entries'
-                    ' FROM unnest($3) AS s(name)) AS counted) AS sized',
-                    p_dimension
-                ) INTO p_small, p_large
-                USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id;
-            ELSE
-                -- Every store counted in one statement (each up to one past the limit, from its index); the
-                -- smallest are read exactly while their entries add up to EXACT_SEARCH_ENTRIES at most.
-                SELECT coalesce(array_agg(sized.name) FILTER (WHERE sized.exact), '{{}}'),
-                    coalesce(bool_or(NOT sized.exact), false)
-                INTO p_small, p_large
-                FROM (
-                    SELECT counted.name, counted.entries <= {EXACT_STORE_ENTRIES}
-                        AND sum(counted.entries) OVER (ORDER BY counted.entries, counted.name) <= {EXACT_SEARCH_ENTRIES}
-                        AS exact
-                    FROM (
-                        SELECT s.name, (
-                            SELECT count(*) FROM (
-                                SELECT FROM {SCHEMA}.memories m WHERE m.namespace = p_namespace AND m.store = s.name
-                                LIMIT {EXACT_STORE_ENTRIES + 1}
-                            ) AS c
-                        ) AS entries
-                        FROM unnest(p_stores) AS s(name)
-                    ) AS counted
-                ) AS sized;
-            END IF;
-            IF p_large THEN
-                -- The pass reads every store searched (a broad filter keeps the vector index quick). It
-                -- returns the large stores' entries, and those of a small store it holds p_per_store of
-                -- (its nearest, then): the other small stores are read whole below.
-                EXECUTE format(
-                    'SELECT array_agg(pooled::{SCHEMA}.nearest_entry) FROM (' || p_columns
-                        || '((m.embedding::vector(%1$s)) <=> $1)::float8 AS distance' || p_scope
-                        || ' AND m.store = ANY($3) ORDER BY distance LIMIT $8) AS pooled',
-                    p_dimension
-                ) INTO p_pooled
-                USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_pool;
-                SELECT coalesce(array_agg(s.name), '{{}}') INTO p_small FROM unnest(p_small) AS s(name)
-                WHERE (SELECT count(*) FROM unnest(p_pooled) AS x WHERE x.store = s.name) < p_per_store;
-                RETURN QUERY SELECT x.* FROM unnest(p_pooled) AS x WHERE NOT (x.store = ANY(p_small));
-            END IF;
-            IF NOT p_scoped THEN
-                RETURN QUERY
-                    SELECT nearest.* FROM unnest(p_small) AS s(name)
-                    CROSS JOIN LATERAL (
-                        SELECT m.id, m.store, m.content, m.metadata, m.user_id, m.agent_id, m.session_id,
-                            m.create_time, m.seq, (m.embedding <=> p_vector)::float8 AS distance
-                        FROM {SCHEMA}.memories m
-                        WHERE m.namespace = p_namespace AND m.store = s.name AND m.dimension = p_dimension
-                            AND NOT (m.id = ANY(p_exclude))
-                        ORDER BY 10 LIMIT p_per_store
-                    ) AS nearest;
-                RETURN;
-            END IF;
-            -- Scoped: in one statement planned for the scope's values. Ordered by the distance itself, not
-            -- its cast: read exactly, never through the vector index.
-            RETURN QUERY EXECUTE format(
-                'SELECT nearest.* FROM unnest($8) AS s(name) CROSS JOIN LATERAL ('
-                    || p_columns || '(m.embedding <=> $1)::float8 AS distance' || p_scope
-                    || ' AND m.store = s.name ORDER BY distance LIMIT $9) AS nearest',
-                p_dimension
-            ) USING p_vector, p_namespace, p_stores, p_exclude, p_user_id, p_agent_id, p_session_id, p_small,
-                p_per_store;
-        END
-        $function$;
+        """
+        + _nearest_per_store(expiring=False)
+        + f"""
         -- The entries holding the rare words of p_text, each weighed by the words it holds: a word is rare
         -- when at most one in a hundred of the stores' entries hold it (at most RARE_WORD_ENTRIES; the
         -- entries are counted up to RARE_WORD_ENTRIES hundred), and it weighs ln((rare + 1) / holders).
@@ -360,6 +389,77 @@ MIGRATIONS: list[tuple[int, str]] = [
         REVOKE ALL ON FUNCTION {SCHEMA}.rare_word_matches(text, text[], text[], text, text, text, integer)
             FROM PUBLIC;
         """,
+    ),
+    (
+        11,
+        # The memory lifecycle. Entries gain an update time (NULL until their first update: no rewrite of
+        # the table), an expiry and a version; stores a default time-to-live. `memory_versions` keeps what
+        # each update replaced, `remembered_turns` the turns Remember has stored (hashes, no text); both
+        # go with their entry or store. Metadata gets an inverted index for containment (`@>`), expiring
+        # entries one for the purge, which deletes them across namespaces on a connection that says so.
+        # `nearest_per_store` now takes the caller's clock and leaves out what has expired.
+        f"""
+        ALTER TABLE {SCHEMA}.memories ADD COLUMN update_time timestamptz;
+        ALTER TABLE {SCHEMA}.memories ADD COLUMN expire_time timestamptz;
+        ALTER TABLE {SCHEMA}.memories ADD COLUMN version bigint NOT NULL DEFAULT 1;
+        ALTER TABLE {SCHEMA}.stores ADD COLUMN default_ttl interval CHECK (default_ttl > interval '0');
+        CREATE INDEX memories_metadata ON {SCHEMA}.memories USING gin (metadata jsonb_path_ops);
+        CREATE INDEX memories_expiring ON {SCHEMA}.memories (expire_time) WHERE expire_time IS NOT NULL;
+        CREATE TABLE {SCHEMA}.memory_versions (
+            namespace   text        NOT NULL,
+            id          text        NOT NULL,
+            version     bigint      NOT NULL,
+            store       text        NOT NULL,
+            content     text        NOT NULL,
+            metadata    jsonb       NOT NULL,
+            user_id     text        NOT NULL,
+            agent_id    text        NOT NULL,
+            session_id  text        NOT NULL,
+            create_time timestamptz NOT NULL,
+            update_time timestamptz,
+            expire_time timestamptz,
+            replace_time timestamptz NOT NULL DEFAULT now(),
+            replaced_by text        NOT NULL DEFAULT '',
+            PRIMARY KEY (namespace, id, version),
+            FOREIGN KEY (namespace, id) REFERENCES {SCHEMA}.memories (namespace, id) ON DELETE CASCADE
+        );
+        CREATE TABLE {SCHEMA}.remembered_turns (
+            namespace   text        NOT NULL,
+            store       text        NOT NULL,
+            turn        text        NOT NULL,
+            user_id     text        NOT NULL,
+            agent_id    text        NOT NULL,
+            session_id  text        NOT NULL,
+            create_time timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (namespace, store, turn),
+            FOREIGN KEY (namespace, store) REFERENCES {SCHEMA}.stores (namespace, name) ON DELETE CASCADE
+        );
+        """
+        + "".join(
+            f"""
+            ALTER TABLE {SCHEMA}.{table} ENABLE ROW LEVEL SECURITY;
+            ALTER TABLE {SCHEMA}.{table} FORCE ROW LEVEL SECURITY;
+            CREATE POLICY tenant_isolation ON {SCHEMA}.{table}
+                USING (namespace = current_setting('{NAMESPACE_SETTING}', true))
+                WITH CHECK (namespace = current_setting('{NAMESPACE_SETTING}', true));
+            """
+            for table in ("memory_versions", "remembered_turns")
+        )
+        + f"""
+        CREATE POLICY purge_reads ON {SCHEMA}.memories FOR SELECT
+            USING (current_setting('{PURGE_SETTING}', true) = 'on' AND expire_time <= now());
+        CREATE POLICY purge_deletes ON {SCHEMA}.memories FOR DELETE
+            USING (current_setting('{PURGE_SETTING}', true) = 'on' AND expire_time <= now());
+        CREATE TYPE {SCHEMA}.live_entry AS (
+            id text, store text, content text, metadata jsonb, user_id text, agent_id text,
+            session_id text, create_time timestamptz, seq bigint, update_time timestamptz,
+            expire_time timestamptz, version bigint, distance float8
+        );
+        DROP FUNCTION {SCHEMA}.nearest_per_store(
+            text, integer, vector, text[], integer, integer, text[], text, text, text
+        );
+        """
+        + _nearest_per_store(expiring=True),
     ),
 ]
 

@@ -28,7 +28,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ontextfold/v1/injection.proto\x12\x0e\x63ontextfold.v1\x1a!contextfold/v1/conversation.proto\x1a\x1b\x63ontextfold/v1/memory.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xe5\x02\n\rMemoryOptions\x12\x0e\n\x06stores\x18\x01 \x03(\t\x12\x18\n\x0bmax_entries\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05query\x18\x03 \x01(\t\x12$\n\x05scope\x18\x04 \x01(\x0b\x32\x15.contextfold.v1.Scope\x12\x16\n\tmin_score\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x14\n\x0cquery_vector\x18\x06 \x03(\x02\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12\x12\n\nmax_tokens\x18\x08 \x01(\x05\x12\x18\n\x10query_expression\x18\t \x01(\t\x12&\n\x06\x66ormat\x18\n \x01(\x0e\x32\x16.contextfold.v1.Format\x12\x17\n\x0f\x66ormat_template\x18\x0b \x01(\t\x12(\n\x07ranking\x18\x0c \x01(\x0e\x32\x17.contextfold.v1.RankingB\x0e\n\x0c_max_entriesB\x0c\n\n_min_score\"!\n\x05\x41gent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xba\x02\n\rInjectRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12(\n\x07trigger\x18\x02 \x01(\x0e\x32\x17.contextfold.v1.Trigger\x12-\n\x06memory\x18\x03 \x01(\x0b\x32\x1d.contextfold.v1.MemoryOptions\x12*\n\tapp_state\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12$\n\x05\x61gent\x18\x05 \x01(\x0b\x32\x15.contextfold.v1.Agent\x12\x11\n\tproviders\x18\x06 \x03(\t\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x10\n\x08\x63oalesce\x18\x08 \x01(\x08\x12\x1a\n\x12trigger_expression\x18\t \x01(\t\"\xc0\x01\n\x0cSourceReport\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08injected\x18\x02 \x01(\x08\x12/\n\x0bskip_reason\x18\x03 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"9\n\rInjectedEntry\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05store\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\xd0\x03\n\x0fInjectionReport\x12\x10\n\x08injected\x18\x01 \x01(\x08\x12/\n\x0bskip_reason\x18\x02 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12.\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x1d.contextfold.v1.InjectedEntry\x12\x1c\n\x14target_message_index\x18\x06 \x01(\x05\x12L\n\x0fstage_durations\x18\x07 \x03(\x0b\x32\x33.contextfold.v1.InjectionReport.StageDurationsEntry\x12-\n\x07sources\x18\x08 \x03(\x0b\x32\x1c.contextfold.v1.SourceReport\x12\x14\n\x0ctotal_tokens\x18\t \x01(\x05\x12(\n\x07ranking\x18\n \x01(\x0e\x32\x17.contextfold.v1.Ranking\x1aP\n\x13StageDurationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration:\x02\x38\x01\"l\n\x0eInjectResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12/\n\x06report\x18\x02 \x01(\x0b\x32\x1f.contextfold.v1.InjectionReport*Q\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x15\n\x11TRIGGER_USER_TURN\x10\x01\x12\x16\n\x12TRIGGER_EVERY_TURN\x10\x02*Y\n\x06\x46ormat\x12\x16\n\x12\x46ORMAT_UNSPECIFIED\x10\x00\x12\x0e\n\nFORMAT_XML\x10\x01\x12\x12\n\x0e\x46ORMAT_BULLETS\x10\x02\x12\x13\n\x0f\x46ORMAT_MARKDOWN\x10\x03*\xc5\x02\n\nSkipReason\x12\x1b\n\x17SKIP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19SKIP_REASON_NOT_TRIGGERED\x10\x01\x12\x18\n\x14SKIP_REASON_NO_QUERY\x10\x02\x12\x1f\n\x1bSKIP_REASON_NO_USER_MESSAGE\x10\x03\x12\x1a\n\x16SKIP_REASON_NO_ENTRIES\x10\x04\x12 \n\x1cSKIP_REASON_ALREADY_INJECTED\x10\x05\x12\x1a\n\x16SKIP_REASON_EMPTY_TEXT\x10\x06\x12\x16\n\x12SKIP_REASON_FAILED\x10\x07\x12\x18\n\x14SKIP_REASON_DISABLED\x10\x08\x12\x17\n\x13SKIP_REASON_TIMEOUT\x10\t\x12\x1b\n\x17SKIP_REASON_OVER_BUDGET\x10\n2`\n\x10InjectionService\x12L\n\x06Inject\x12\x1d.contextfold.v1.InjectRequest\x1a\x1e.contextfold.v1.InjectResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ontextfold/v1/injection.proto\x12\x0e\x63ontextfold.v1\x1a!contextfold/v1/conversation.proto\x1a\x1b\x63ontextfold/v1/memory.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x8d\x03\n\rMemoryOptions\x12\x0e\n\x06stores\x18\x01 \x03(\t\x12\x18\n\x0bmax_entries\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05query\x18\x03 \x01(\t\x12$\n\x05scope\x18\x04 \x01(\x0b\x32\x15.contextfold.v1.Scope\x12\x16\n\tmin_score\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x14\n\x0cquery_vector\x18\x06 \x03(\x02\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12\x12\n\nmax_tokens\x18\x08 \x01(\x05\x12\x18\n\x10query_expression\x18\t \x01(\t\x12&\n\x06\x66ormat\x18\n \x01(\x0e\x32\x16.contextfold.v1.Format\x12\x17\n\x0f\x66ormat_template\x18\x0b \x01(\t\x12(\n\x07ranking\x18\x0c \x01(\x0e\x32\x17.contextfold.v1.Ranking\x12&\n\x06\x66ilter\x18\r \x01(\x0b\x32\x16.contextfold.v1.FilterB\x0e\n\x0c_max_entriesB\x0c\n\n_min_score\"!\n\x05\x41gent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xba\x02\n\rInjectRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12(\n\x07trigger\x18\x02 \x01(\x0e\x32\x17.contextfold.v1.Trigger\x12-\n\x06memory\x18\x03 \x01(\x0b\x32\x1d.contextfold.v1.MemoryOptions\x12*\n\tapp_state\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12$\n\x05\x61gent\x18\x05 \x01(\x0b\x32\x15.contextfold.v1.Agent\x12\x11\n\tproviders\x18\x06 \x03(\t\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x10\n\x08\x63oalesce\x18\x08 \x01(\x08\x12\x1a\n\x12trigger_expression\x18\t \x01(\t\"\xc0\x01\n\x0cSourceReport\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08injected\x18\x02 \x01(\x08\x12/\n\x0bskip_reason\x18\x03 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"9\n\rInjectedEntry\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05store\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\xd0\x03\n\x0fInjectionReport\x12\x10\n\x08injected\x18\x01 \x01(\x08\x12/\n\x0bskip_reason\x18\x02 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12.\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x1d.contextfold.v1.InjectedEntry\x12\x1c\n\x14target_message_index\x18\x06 \x01(\x05\x12L\n\x0fstage_durations\x18\x07 \x03(\x0b\x32\x33.contextfold.v1.InjectionReport.StageDurationsEntry\x12-\n\x07sources\x18\x08 \x03(\x0b\x32\x1c.contextfold.v1.SourceReport\x12\x14\n\x0ctotal_tokens\x18\t \x01(\x05\x12(\n\x07ranking\x18\n \x01(\x0e\x32\x17.contextfold.v1.Ranking\x1aP\n\x13StageDurationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration:\x02\x38\x01\"l\n\x0eInjectResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12/\n\x06report\x18\x02 \x01(\x0b\x32\x1f.contextfold.v1.InjectionReport*Q\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x15\n\x11TRIGGER_USER_TURN\x10\x01\x12\x16\n\x12TRIGGER_EVERY_TURN\x10\x02*Y\n\x06\x46ormat\x12\x16\n\x12\x46ORMAT_UNSPECIFIED\x10\x00\x12\x0e\n\nFORMAT_XML\x10\x01\x12\x12\n\x0e\x46ORMAT_BULLETS\x10\x02\x12\x13\n\x0f\x46ORMAT_MARKDOWN\x10\x03*\xc5\x02\n\nSkipReason\x12\x1b\n\x17SKIP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19SKIP_REASON_NOT_TRIGGERED\x10\x01\x12\x18\n\x14SKIP_REASON_NO_QUERY\x10\x02\x12\x1f\n\x1bSKIP_REASON_NO_USER_MESSAGE\x10\x03\x12\x1a\n\x16SKIP_REASON_NO_ENTRIES\x10\x04\x12 \n\x1cSKIP_REASON_ALREADY_INJECTED\x10\x05\x12\x1a\n\x16SKIP_REASON_EMPTY_TEXT\x10\x06\x12\x16\n\x12SKIP_REASON_FAILED\x10\x07\x12\x18\n\x14SKIP_REASON_DISABLED\x10\x08\x12\x17\n\x13SKIP_REASON_TIMEOUT\x10\t\x12\x1b\n\x17SKIP_REASON_OVER_BUDGET\x10\n2`\n\x10InjectionService\x12L\n\x06Inject\x12\x1d.contextfold.v1.InjectRequest\x1a\x1e.contextfold.v1.InjectResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,28 +39,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_options = b'8\001'
   _globals['_INJECTIONSERVICE'].methods_by_name['Inject']._loaded_options = None
   _globals['_INJECTIONSERVICE'].methods_by_name['Inject']._serialized_options = b'\220\002\001'
-  _globals['_TRIGGER']._serialized_start=1719
-  _globals['_TRIGGER']._serialized_end=1800
-  _globals['_FORMAT']._serialized_start=1802
-  _globals['_FORMAT']._serialized_end=1891
-  _globals['_SKIPREASON']._serialized_start=1894
-  _globals['_SKIPREASON']._serialized_end=2219
+  _globals['_TRIGGER']._serialized_start=1759
+  _globals['_TRIGGER']._serialized_end=1840
+  _globals['_FORMAT']._serialized_start=1842
+  _globals['_FORMAT']._serialized_end=1931
+  _globals['_SKIPREASON']._serialized_start=1934
+  _globals['_SKIPREASON']._serialized_end=2259
   _globals['_MEMORYOPTIONS']._serialized_start=177
-  _globals['_MEMORYOPTIONS']._serialized_end=534
-  _globals['_AGENT']._serialized_start=536
-  _globals['_AGENT']._serialized_end=569
-  _globals['_INJECTREQUEST']._serialized_start=572
-  _globals['_INJECTREQUEST']._serialized_end=886
-  _globals['_SOURCEREPORT']._serialized_start=889
-  _globals['_SOURCEREPORT']._serialized_end=1081
-  _globals['_INJECTEDENTRY']._serialized_start=1083
-  _globals['_INJECTEDENTRY']._serialized_end=1140
-  _globals['_INJECTIONREPORT']._serialized_start=1143
-  _globals['_INJECTIONREPORT']._serialized_end=1607
-  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_start=1527
-  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_end=1607
-  _globals['_INJECTRESPONSE']._serialized_start=1609
-  _globals['_INJECTRESPONSE']._serialized_end=1717
-  _globals['_INJECTIONSERVICE']._serialized_start=2221
-  _globals['_INJECTIONSERVICE']._serialized_end=2317
+  _globals['_MEMORYOPTIONS']._serialized_end=574
+  _globals['_AGENT']._serialized_start=576
+  _globals['_AGENT']._serialized_end=609
+  _globals['_INJECTREQUEST']._serialized_start=612
+  _globals['_INJECTREQUEST']._serialized_end=926
+  _globals['_SOURCEREPORT']._serialized_start=929
+  _globals['_SOURCEREPORT']._serialized_end=1121
+  _globals['_INJECTEDENTRY']._serialized_start=1123
+  _globals['_INJECTEDENTRY']._serialized_end=1180
+  _globals['_INJECTIONREPORT']._serialized_start=1183
+  _globals['_INJECTIONREPORT']._serialized_end=1647
+  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_start=1567
+  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_end=1647
+  _globals['_INJECTRESPONSE']._serialized_start=1649
+  _globals['_INJECTRESPONSE']._serialized_end=1757
+  _globals['_INJECTIONSERVICE']._serialized_start=2261
+  _globals['_INJECTIONSERVICE']._serialized_end=2357
 # @@protoc_insertion_point(module_scope)

@@ -59,7 +59,7 @@ SKIP_REASON_TIMEOUT: SkipReason
 SKIP_REASON_OVER_BUDGET: SkipReason
 
 class MemoryOptions(_message.Message):
-    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking")
+    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking", "filter")
     STORES_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,7 @@ class MemoryOptions(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
     stores: _containers.RepeatedScalarFieldContainer[str]
     max_entries: int
     query: str
@@ -84,7 +85,8 @@ class MemoryOptions(_message.Message):
     format: Format
     format_template: str
     ranking: _memory_pb2.Ranking
-    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ...) -> None: ...
+    filter: _memory_pb2.Filter
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ..., filter: _Optional[_Union[_memory_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("id", "name")

@@ -77,6 +77,36 @@ class MemoryServiceStub:
                 request_serializer=contextfold_dot_v1_dot_memory__pb2.DeleteMemoriesRequest.SerializeToString,
                 response_deserializer=contextfold_dot_v1_dot_memory__pb2.DeleteMemoriesResponse.FromString,
                 _registered_method=True)
+        self.UpdateMemory = channel.unary_unary(
+                '/contextfold.v1.MemoryService/UpdateMemory',
+                request_serializer=contextfold_dot_v1_dot_memory__pb2.UpdateMemoryRequest.SerializeToString,
+                response_deserializer=contextfold_dot_v1_dot_memory__pb2.UpdateMemoryResponse.FromString,
+                _registered_method=True)
+        self.ListMemoryVersions = channel.unary_unary(
+                '/contextfold.v1.MemoryService/ListMemoryVersions',
+                request_serializer=contextfold_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
+                response_deserializer=contextfold_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+                _registered_method=True)
+        self.EraseMemories = channel.unary_unary(
+                '/contextfold.v1.MemoryService/EraseMemories',
+                request_serializer=contextfold_dot_v1_dot_memory__pb2.EraseMemoriesRequest.SerializeToString,
+                response_deserializer=contextfold_dot_v1_dot_memory__pb2.EraseMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ExportMemories = channel.unary_stream(
+                '/contextfold.v1.MemoryService/ExportMemories',
+                request_serializer=contextfold_dot_v1_dot_memory__pb2.ExportMemoriesRequest.SerializeToString,
+                response_deserializer=contextfold_dot_v1_dot_memory__pb2.ExportMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ImportMemories = channel.stream_unary(
+                '/contextfold.v1.MemoryService/ImportMemories',
+                request_serializer=contextfold_dot_v1_dot_memory__pb2.ImportMemoriesRequest.SerializeToString,
+                response_deserializer=contextfold_dot_v1_dot_memory__pb2.ImportMemoriesResponse.FromString,
+                _registered_method=True)
+        self.Remember = channel.unary_unary(
+                '/contextfold.v1.MemoryService/Remember',
+                request_serializer=contextfold_dot_v1_dot_memory__pb2.RememberRequest.SerializeToString,
+                response_deserializer=contextfold_dot_v1_dot_memory__pb2.RememberResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -144,6 +174,56 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMemory(self, request, context):
+        """Changes the fields of one entry an update mask names, keeping the version
+        it replaces (ListMemoryVersions). With the entry's etag, ABORTED when it
+        changed since it was read; with `allow_missing`, adds it when its id is free.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemoryVersions(self, request, context):
+        """The versions an entry's updates replaced, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EraseMemories(self, request, context):
+        """Deletes every entry matching a scope and/or a filter, across the stores of
+        the namespace (or those named), with their versions; a retry deletes what
+        is left. Admin keys only, unless the key is bound to the scope erased.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportMemories(self, request, context):
+        """Streams stores and their entries, vectors included, for ImportMemories.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportMemories(self, request_iterator, context):
+        """Adds what ExportMemories streamed: stores that do not exist are created,
+        and an entry whose id exists is replaced, so importing twice changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Remember(self, request, context):
+        """Stores what a conversation says that should be remembered: the text of
+        its user turns (or the roles asked for), or the facts the server's
+        extractor finds in them. Injected blocks are never stored. Each turn is
+        remembered once: sending the conversation again adds nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +266,36 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.DeleteMemories,
                     request_deserializer=contextfold_dot_v1_dot_memory__pb2.DeleteMemoriesRequest.FromString,
                     response_serializer=contextfold_dot_v1_dot_memory__pb2.DeleteMemoriesResponse.SerializeToString,
+            ),
+            'UpdateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemory,
+                    request_deserializer=contextfold_dot_v1_dot_memory__pb2.UpdateMemoryRequest.FromString,
+                    response_serializer=contextfold_dot_v1_dot_memory__pb2.UpdateMemoryResponse.SerializeToString,
+            ),
+            'ListMemoryVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryVersions,
+                    request_deserializer=contextfold_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.FromString,
+                    response_serializer=contextfold_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.SerializeToString,
+            ),
+            'EraseMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseMemories,
+                    request_deserializer=contextfold_dot_v1_dot_memory__pb2.EraseMemoriesRequest.FromString,
+                    response_serializer=contextfold_dot_v1_dot_memory__pb2.EraseMemoriesResponse.SerializeToString,
+            ),
+            'ExportMemories': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportMemories,
+                    request_deserializer=contextfold_dot_v1_dot_memory__pb2.ExportMemoriesRequest.FromString,
+                    response_serializer=contextfold_dot_v1_dot_memory__pb2.ExportMemoriesResponse.SerializeToString,
+            ),
+            'ImportMemories': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportMemories,
+                    request_deserializer=contextfold_dot_v1_dot_memory__pb2.ImportMemoriesRequest.FromString,
+                    response_serializer=contextfold_dot_v1_dot_memory__pb2.ImportMemoriesResponse.SerializeToString,
+            ),
+            'Remember': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remember,
+                    request_deserializer=contextfold_dot_v1_dot_memory__pb2.RememberRequest.FromString,
+                    response_serializer=contextfold_dot_v1_dot_memory__pb2.RememberResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -407,6 +517,168 @@ class MemoryService:
             '/contextfold.v1.MemoryService/DeleteMemories',
             contextfold_dot_v1_dot_memory__pb2.DeleteMemoriesRequest.SerializeToString,
             contextfold_dot_v1_dot_memory__pb2.DeleteMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextfold.v1.MemoryService/UpdateMemory',
+            contextfold_dot_v1_dot_memory__pb2.UpdateMemoryRequest.SerializeToString,
+            contextfold_dot_v1_dot_memory__pb2.UpdateMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextfold.v1.MemoryService/ListMemoryVersions',
+            contextfold_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
+            contextfold_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextfold.v1.MemoryService/EraseMemories',
+            contextfold_dot_v1_dot_memory__pb2.EraseMemoriesRequest.SerializeToString,
+            contextfold_dot_v1_dot_memory__pb2.EraseMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/contextfold.v1.MemoryService/ExportMemories',
+            contextfold_dot_v1_dot_memory__pb2.ExportMemoriesRequest.SerializeToString,
+            contextfold_dot_v1_dot_memory__pb2.ExportMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportMemories(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/contextfold.v1.MemoryService/ImportMemories',
+            contextfold_dot_v1_dot_memory__pb2.ImportMemoriesRequest.SerializeToString,
+            contextfold_dot_v1_dot_memory__pb2.ImportMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Remember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextfold.v1.MemoryService/Remember',
+            contextfold_dot_v1_dot_memory__pb2.RememberRequest.SerializeToString,
+            contextfold_dot_v1_dot_memory__pb2.RememberResponse.FromString,
             options,
             channel_credentials,
             insecure,

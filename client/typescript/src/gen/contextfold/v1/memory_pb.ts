@@ -4,15 +4,17 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Message as Message$1, Role } from "./conversation_pb.js";
+import { file_contextfold_v1_conversation } from "./conversation_pb.js";
+import type { Duration, FieldMask, ListValue, Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file contextfold/v1/memory.proto.
  */
 export const file_contextfold_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb250ZXh0Zm9sZC92MS9tZW1vcnkucHJvdG8SDmNvbnRleHRmb2xkLnYxIoQBCgVTdG9yZRIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhEKCWRpbWVuc2lvbhgDIAEoBRIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbWVtb3J5X2NvdW50GAUgASgDIj4KBVNjb3BlEg8KB3VzZXJfaWQYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCSLXAQoGTWVtb3J5EgoKAmlkGAEgASgJEg0KBXN0b3JlGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3VzZXJfaWQYBSABKAkSEAoIYWdlbnRfaWQYBiABKAkSEgoKc2Vzc2lvbl9pZBgHIAEoCRIOCgZ2ZWN0b3IYCCADKAISLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkUKDFNjb3JlZE1lbW9yeRImCgZtZW1vcnkYASABKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSDQoFc2NvcmUYAiABKAIiOgoSQ3JlYXRlU3RvcmVSZXF1ZXN0EiQKBXN0b3JlGAEgASgLMhUuY29udGV4dGZvbGQudjEuU3RvcmUiOwoTQ3JlYXRlU3RvcmVSZXNwb25zZRIkCgVzdG9yZRgBIAEoCzIVLmNvbnRleHRmb2xkLnYxLlN0b3JlIjoKEUxpc3RTdG9yZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlQKEkxpc3RTdG9yZXNSZXNwb25zZRIlCgZzdG9yZXMYASADKAsyFS5jb250ZXh0Zm9sZC52MS5TdG9yZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMQoSRGVsZXRlU3RvcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZm9yY2UYAiABKAgiMwoTRGVsZXRlU3RvcmVSZXNwb25zZRIcChRkZWxldGVkX21lbW9yeV9jb3VudBgBIAEoAyJNChJBZGRNZW1vcmllc1JlcXVlc3QSDQoFc3RvcmUYASABKAkSKAoIbWVtb3JpZXMYAiADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkiPwoTQWRkTWVtb3JpZXNSZXNwb25zZRIoCghtZW1vcmllcxgBIAMoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeSLXAQoVU2VhcmNoTWVtb3JpZXNSZXF1ZXN0Eg0KBXF1ZXJ5GAEgASgJEhQKDHF1ZXJ5X3ZlY3RvchgCIAMoAhIOCgZzdG9yZXMYAyADKAkSEwoLbWF4X3Jlc3VsdHMYBCABKAUSJAoFc2NvcGUYBSABKAsyFS5jb250ZXh0Zm9sZC52MS5TY29wZRIWCgltaW5fc2NvcmUYBiABKAJIAIgBARIoCgdyYW5raW5nGAcgASgOMhcuY29udGV4dGZvbGQudjEuUmFua2luZ0IMCgpfbWluX3Njb3JlInEKFlNlYXJjaE1lbW9yaWVzUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvbnRleHRmb2xkLnYxLlNjb3JlZE1lbW9yeRIoCgdyYW5raW5nGAIgASgOMhcuY29udGV4dGZvbGQudjEuUmFua2luZyIeChBHZXRNZW1vcnlSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEUdldE1lbW9yeVJlc3BvbnNlEiYKBm1lbW9yeRgBIAEoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeSJxChNMaXN0TWVtb3JpZXNSZXF1ZXN0Eg0KBXN0b3JlGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiQKBXNjb3BlGAQgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUiWQoUTGlzdE1lbW9yaWVzUmVzcG9uc2USKAoIbWVtb3JpZXMYASADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKFURlbGV0ZU1lbW9yaWVzUmVxdWVzdBILCgNpZHMYASADKAkSFQoNYWxsb3dfbWlzc2luZxgCIAEoCCIvChZEZWxldGVNZW1vcmllc1Jlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMqewoHUmFua2luZxIXChNSQU5LSU5HX1VOU1BFQ0lGSUVEEAASFgoSUkFOS0lOR19TSU1JTEFSSVRZEAESFwoTUkFOS0lOR19TVE9SRV9BV0FSRRACEhIKDlJBTktJTkdfSFlCUklEEAMSEgoOUkFOS0lOR19SRVJBTksQBDLvBQoNTWVtb3J5U2VydmljZRJWCgtDcmVhdGVTdG9yZRIiLmNvbnRleHRmb2xkLnYxLkNyZWF0ZVN0b3JlUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkNyZWF0ZVN0b3JlUmVzcG9uc2USWAoKTGlzdFN0b3JlcxIhLmNvbnRleHRmb2xkLnYxLkxpc3RTdG9yZXNSZXF1ZXN0GiIuY29udGV4dGZvbGQudjEuTGlzdFN0b3Jlc1Jlc3BvbnNlIgOQAgESVgoLRGVsZXRlU3RvcmUSIi5jb250ZXh0Zm9sZC52MS5EZWxldGVTdG9yZVJlcXVlc3QaIy5jb250ZXh0Zm9sZC52MS5EZWxldGVTdG9yZVJlc3BvbnNlElYKC0FkZE1lbW9yaWVzEiIuY29udGV4dGZvbGQudjEuQWRkTWVtb3JpZXNSZXF1ZXN0GiMuY29udGV4dGZvbGQudjEuQWRkTWVtb3JpZXNSZXNwb25zZRJkCg5TZWFyY2hNZW1vcmllcxIlLmNvbnRleHRmb2xkLnYxLlNlYXJjaE1lbW9yaWVzUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLlNlYXJjaE1lbW9yaWVzUmVzcG9uc2UiA5ACARJVCglHZXRNZW1vcnkSIC5jb250ZXh0Zm9sZC52MS5HZXRNZW1vcnlSZXF1ZXN0GiEuY29udGV4dGZvbGQudjEuR2V0TWVtb3J5UmVzcG9uc2UiA5ACARJeCgxMaXN0TWVtb3JpZXMSIy5jb250ZXh0Zm9sZC52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0GiQuY29udGV4dGZvbGQudjEuTGlzdE1lbW9yaWVzUmVzcG9uc2UiA5ACARJfCg5EZWxldGVNZW1vcmllcxIlLmNvbnRleHRmb2xkLnYxLkRlbGV0ZU1lbW9yaWVzUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLkRlbGV0ZU1lbW9yaWVzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chtjb250ZXh0Zm9sZC92MS9tZW1vcnkucHJvdG8SDmNvbnRleHRmb2xkLnYxIrQBCgVTdG9yZRIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhEKCWRpbWVuc2lvbhgDIAEoBRIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbWVtb3J5X2NvdW50GAUgASgDEi4KC2RlZmF1bHRfdHRsGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIj4KBVNjb3BlEg8KB3VzZXJfaWQYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCSLHAgoGTWVtb3J5EgoKAmlkGAEgASgJEg0KBXN0b3JlGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3VzZXJfaWQYBSABKAkSEAoIYWdlbnRfaWQYBiABKAkSEgoKc2Vzc2lvbl9pZBgHIAEoCRIOCgZ2ZWN0b3IYCCADKAISLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtleHBpcmVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEZXRhZxgMIAEoCSK7AQoGRmlsdGVyEiwKBWZpZWxkGAEgASgLMhsuY29udGV4dGZvbGQudjEuRmllbGRGaWx0ZXJIABIpCgNhbGwYAiABKAsyGi5jb250ZXh0Zm9sZC52MS5GaWx0ZXJMaXN0SAASKQoDYW55GAMgASgLMhouY29udGV4dGZvbGQudjEuRmlsdGVyTGlzdEgAEiUKA25vdBgEIAEoCzIWLmNvbnRleHRmb2xkLnYxLkZpbHRlckgAQgYKBGtpbmQiNQoKRmlsdGVyTGlzdBInCgdmaWx0ZXJzGAEgAygLMhYuY29udGV4dGZvbGQudjEuRmlsdGVyIt4BCgtGaWVsZEZpbHRlchINCgVmaWVsZBgBIAEoCRIoCgZlcXVhbHMYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWVIABIoCgJpbhgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5MaXN0VmFsdWVIABIqCghjb250YWlucxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgAEiYKBXJhbmdlGAUgASgLMhUuY29udGV4dGZvbGQudjEuUmFuZ2VIABIQCgZleGlzdHMYBiABKAhIAEIGCgR0ZXN0IpUBCgVSYW5nZRIhCgJndBgBIAEoCzIVLmNvbnRleHRmb2xkLnYxLkJvdW5kEiIKA2d0ZRgCIAEoCzIVLmNvbnRleHRmb2xkLnYxLkJvdW5kEiEKAmx0GAMgASgLMhUuY29udGV4dGZvbGQudjEuQm91bmQSIgoDbHRlGAQgASgLMhUuY29udGV4dGZvbGQudjEuQm91bmQiTgoFQm91bmQSEAoGbnVtYmVyGAEgASgBSAASKgoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAEIHCgV2YWx1ZSJFCgxTY29yZWRNZW1vcnkSJgoGbWVtb3J5GAEgASgLMhYuY29udGV4dGZvbGQudjEuTWVtb3J5Eg0KBXNjb3JlGAIgASgCIjoKEkNyZWF0ZVN0b3JlUmVxdWVzdBIkCgVzdG9yZRgBIAEoCzIVLmNvbnRleHRmb2xkLnYxLlN0b3JlIjsKE0NyZWF0ZVN0b3JlUmVzcG9uc2USJAoFc3RvcmUYASABKAsyFS5jb250ZXh0Zm9sZC52MS5TdG9yZSI6ChFMaXN0U3RvcmVzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJUChJMaXN0U3RvcmVzUmVzcG9uc2USJQoGc3RvcmVzGAEgAygLMhUuY29udGV4dGZvbGQudjEuU3RvcmUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjEKEkRlbGV0ZVN0b3JlUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBWZvcmNlGAIgASgIIjMKE0RlbGV0ZVN0b3JlUmVzcG9uc2USHAoUZGVsZXRlZF9tZW1vcnlfY291bnQYASABKAMiTQoSQWRkTWVtb3JpZXNSZXF1ZXN0Eg0KBXN0b3JlGAEgASgJEigKCG1lbW9yaWVzGAIgAygLMhYuY29udGV4dGZvbGQudjEuTWVtb3J5Ij8KE0FkZE1lbW9yaWVzUmVzcG9uc2USKAoIbWVtb3JpZXMYASADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnki/wEKFVNlYXJjaE1lbW9yaWVzUmVxdWVzdBINCgVxdWVyeRgBIAEoCRIUCgxxdWVyeV92ZWN0b3IYAiADKAISDgoGc3RvcmVzGAMgAygJEhMKC21heF9yZXN1bHRzGAQgASgFEiQKBXNjb3BlGAUgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUSFgoJbWluX3Njb3JlGAYgASgCSACIAQESKAoHcmFua2luZxgHIAEoDjIXLmNvbnRleHRmb2xkLnYxLlJhbmtpbmcSJgoGZmlsdGVyGAggASgLMhYuY29udGV4dGZvbGQudjEuRmlsdGVyQgwKCl9taW5fc2NvcmUicQoWU2VhcmNoTWVtb3JpZXNSZXNwb25zZRItCgdyZXN1bHRzGAEgAygLMhwuY29udGV4dGZvbGQudjEuU2NvcmVkTWVtb3J5EigKB3JhbmtpbmcYAiABKA4yFy5jb250ZXh0Zm9sZC52MS5SYW5raW5nIh4KEEdldE1lbW9yeVJlcXVlc3QSCgoCaWQYASABKAkiOwoRR2V0TWVtb3J5UmVzcG9uc2USJgoGbWVtb3J5GAEgASgLMhYuY29udGV4dGZvbGQudjEuTWVtb3J5IpkBChNMaXN0TWVtb3JpZXNSZXF1ZXN0Eg0KBXN0b3JlGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiQKBXNjb3BlGAQgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUSJgoGZmlsdGVyGAUgASgLMhYuY29udGV4dGZvbGQudjEuRmlsdGVyIlkKFExpc3RNZW1vcmllc1Jlc3BvbnNlEigKCG1lbW9yaWVzGAEgAygLMhYuY29udGV4dGZvbGQudjEuTWVtb3J5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI7ChVEZWxldGVNZW1vcmllc1JlcXVlc3QSCwoDaWRzGAEgAygJEhUKDWFsbG93X21pc3NpbmcYAiABKAgiLwoWRGVsZXRlTWVtb3JpZXNSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgDIoUBChNVcGRhdGVNZW1vcnlSZXF1ZXN0EiYKBm1lbW9yeRgBIAEoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeRIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2sSFQoNYWxsb3dfbWlzc2luZxgDIAEoCCJPChRVcGRhdGVNZW1vcnlSZXNwb25zZRImCgZtZW1vcnkYASABKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkSDwoHY3JlYXRlZBgCIAEoCCKPAQoNTWVtb3J5VmVyc2lvbhIPCgd2ZXJzaW9uGAEgASgDEiYKBm1lbW9yeRgCIAEoCzIWLmNvbnRleHRmb2xkLnYxLk1lbW9yeRIwCgxyZXBsYWNlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3JlcGxhY2VkX2J5GAQgASgJIk4KGUxpc3RNZW1vcnlWZXJzaW9uc1JlcXVlc3QSCgoCaWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiZgoaTGlzdE1lbW9yeVZlcnNpb25zUmVzcG9uc2USLwoIdmVyc2lvbnMYASADKAsyHS5jb250ZXh0Zm9sZC52MS5NZW1vcnlWZXJzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ0ChRFcmFzZU1lbW9yaWVzUmVxdWVzdBIkCgVzY29wZRgBIAEoCzIVLmNvbnRleHRmb2xkLnYxLlNjb3BlEiYKBmZpbHRlchgCIAEoCzIWLmNvbnRleHRmb2xkLnYxLkZpbHRlchIOCgZzdG9yZXMYAyADKAkiLQoVRXJhc2VNZW1vcmllc1Jlc3BvbnNlEhQKDGVyYXNlZF9jb3VudBgBIAEoAyJ1ChVFeHBvcnRNZW1vcmllc1JlcXVlc3QSDgoGc3RvcmVzGAEgAygJEiQKBXNjb3BlGAIgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUSJgoGZmlsdGVyGAMgASgLMhYuY29udGV4dGZvbGQudjEuRmlsdGVyImkKFkV4cG9ydE1lbW9yaWVzUmVzcG9uc2USJQoGc3RvcmVzGAEgAygLMhUuY29udGV4dGZvbGQudjEuU3RvcmUSKAoIbWVtb3JpZXMYAiADKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkiaAoVSW1wb3J0TWVtb3JpZXNSZXF1ZXN0EiUKBnN0b3JlcxgBIAMoCzIVLmNvbnRleHRmb2xkLnYxLlN0b3JlEigKCG1lbW9yaWVzGAIgAygLMhYuY29udGV4dGZvbGQudjEuTWVtb3J5InsKFkltcG9ydE1lbW9yaWVzUmVzcG9uc2USGwoTY3JlYXRlZF9zdG9yZV9jb3VudBgBIAEoAxITCgthZGRlZF9jb3VudBgCIAEoAxIWCg5yZXBsYWNlZF9jb3VudBgDIAEoAxIXCg91bmNoYW5nZWRfY291bnQYBCABKAMi/gEKD1JlbWVtYmVyUmVxdWVzdBINCgVzdG9yZRgBIAEoCRIpCghtZXNzYWdlcxgCIAMoCzIXLmNvbnRleHRmb2xkLnYxLk1lc3NhZ2USJAoFc2NvcGUYAyABKAsyFS5jb250ZXh0Zm9sZC52MS5TY29wZRIjCgVyb2xlcxgEIAMoDjIULmNvbnRleHRmb2xkLnYxLlJvbGUSEQoJbWluX2NoYXJzGAUgASgFEhcKD2NvbnZlcnNhdGlvbl9pZBgGIAEoCRIPCgdleHRyYWN0GAcgASgIEikKCG1ldGFkYXRhGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCK7AQoQUmVtZW1iZXJlZE1lbW9yeRI3CgZhY3Rpb24YASABKA4yJy5jb250ZXh0Zm9sZC52MS5SZW1lbWJlcmVkTWVtb3J5LkFjdGlvbhImCgZtZW1vcnkYAiABKAsyFi5jb250ZXh0Zm9sZC52MS5NZW1vcnkiRgoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEhAKDEFDVElPTl9BRERFRBABEhIKDkFDVElPTl9VUERBVEVEEAIigQEKEFJlbWVtYmVyUmVzcG9uc2USMgoIbWVtb3JpZXMYASADKAsyIC5jb250ZXh0Zm9sZC52MS5SZW1lbWJlcmVkTWVtb3J5Eh0KFXJlbWVtYmVyZWRfdHVybl9jb3VudBgCIAEoBRIaChJza2lwcGVkX3R1cm5fY291bnQYAyABKAUqewoHUmFua2luZxIXChNSQU5LSU5HX1VOU1BFQ0lGSUVEEAASFgoSUkFOS0lOR19TSU1JTEFSSVRZEAESFwoTUkFOS0lOR19TVE9SRV9BV0FSRRACEhIKDlJBTktJTkdfSFlCUklEEAMSEgoOUkFOS0lOR19SRVJBTksQBDK5CgoNTWVtb3J5U2VydmljZRJWCgtDcmVhdGVTdG9yZRIiLmNvbnRleHRmb2xkLnYxLkNyZWF0ZVN0b3JlUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkNyZWF0ZVN0b3JlUmVzcG9uc2USWAoKTGlzdFN0b3JlcxIhLmNvbnRleHRmb2xkLnYxLkxpc3RTdG9yZXNSZXF1ZXN0GiIuY29udGV4dGZvbGQudjEuTGlzdFN0b3Jlc1Jlc3BvbnNlIgOQAgESVgoLRGVsZXRlU3RvcmUSIi5jb250ZXh0Zm9sZC52MS5EZWxldGVTdG9yZVJlcXVlc3QaIy5jb250ZXh0Zm9sZC52MS5EZWxldGVTdG9yZVJlc3BvbnNlElYKC0FkZE1lbW9yaWVzEiIuY29udGV4dGZvbGQudjEuQWRkTWVtb3JpZXNSZXF1ZXN0GiMuY29udGV4dGZvbGQudjEuQWRkTWVtb3JpZXNSZXNwb25zZRJkCg5TZWFyY2hNZW1vcmllcxIlLmNvbnRleHRmb2xkLnYxLlNlYXJjaE1lbW9yaWVzUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLlNlYXJjaE1lbW9yaWVzUmVzcG9uc2UiA5ACARJVCglHZXRNZW1vcnkSIC5jb250ZXh0Zm9sZC52MS5HZXRNZW1vcnlSZXF1ZXN0GiEuY29udGV4dGZvbGQudjEuR2V0TWVtb3J5UmVzcG9uc2UiA5ACARJeCgxMaXN0TWVtb3JpZXMSIy5jb250ZXh0Zm9sZC52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0GiQuY29udGV4dGZvbGQudjEuTGlzdE1lbW9yaWVzUmVzcG9uc2UiA5ACARJfCg5EZWxldGVNZW1vcmllcxIlLmNvbnRleHRmb2xkLnYxLkRlbGV0ZU1lbW9yaWVzUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLkRlbGV0ZU1lbW9yaWVzUmVzcG9uc2USWQoMVXBkYXRlTWVtb3J5EiMuY29udGV4dGZvbGQudjEuVXBkYXRlTWVtb3J5UmVxdWVzdBokLmNvbnRleHRmb2xkLnYxLlVwZGF0ZU1lbW9yeVJlc3BvbnNlEnAKEkxpc3RNZW1vcnlWZXJzaW9ucxIpLmNvbnRleHRmb2xkLnYxLkxpc3RNZW1vcnlWZXJzaW9uc1JlcXVlc3QaKi5jb250ZXh0Zm9sZC52MS5MaXN0TWVtb3J5VmVyc2lvbnNSZXNwb25zZSIDkAIBEmEKDUVyYXNlTWVtb3JpZXMSJC5jb250ZXh0Zm9sZC52MS5FcmFzZU1lbW9yaWVzUmVxdWVzdBolLmNvbnRleHRmb2xkLnYxLkVyYXNlTWVtb3JpZXNSZXNwb25zZSIDkAICEmYKDkV4cG9ydE1lbW9yaWVzEiUuY29udGV4dGZvbGQudjEuRXhwb3J0TWVtb3JpZXNSZXF1ZXN0GiYuY29udGV4dGZvbGQudjEuRXhwb3J0TWVtb3JpZXNSZXNwb25zZSIDkAIBMAESYQoOSW1wb3J0TWVtb3JpZXMSJS5jb250ZXh0Zm9sZC52MS5JbXBvcnRNZW1vcmllc1JlcXVlc3QaJi5jb250ZXh0Zm9sZC52MS5JbXBvcnRNZW1vcmllc1Jlc3BvbnNlKAESTQoIUmVtZW1iZXISHy5jb250ZXh0Zm9sZC52MS5SZW1lbWJlclJlcXVlc3QaIC5jb250ZXh0Zm9sZC52MS5SZW1lbWJlclJlc3BvbnNlYgZwcm90bzM", [file_contextfold_v1_conversation, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A named collection of entries embedded the same way.
@@ -56,6 +58,14 @@ export type Store = Message<"contextfold.v1.Store"> & {
    * @generated from field: int64 memory_count = 5;
    */
   memoryCount: bigint;
+
+  /**
+   * Entries added without an `expire_time` expire this long after they are
+   * added; unset or zero, they never do. At least a second.
+   *
+   * @generated from field: google.protobuf.Duration default_ttl = 6;
+   */
+  defaultTtl?: Duration | undefined;
 };
 
 /**
@@ -160,20 +170,44 @@ export type Memory = Message<"contextfold.v1.Memory"> & {
   sessionId: string;
 
   /**
-   * The entry's embedding. Input only: when given on add, the server uses
-   * it instead of embedding `content`; its length must be the store's
-   * dimension.
+   * The entry's embedding. When given on add or update, the server uses it
+   * instead of embedding `content`; its length must be the store's dimension.
+   * Output by ExportMemories only.
    *
    * @generated from field: repeated float vector = 8;
    */
   vector: number[];
 
   /**
-   * When the entry was added. Output only.
+   * When the entry was added. Output only, except on ImportMemories.
    *
    * @generated from field: google.protobuf.Timestamp create_time = 9;
    */
   createTime?: Timestamp | undefined;
+
+  /**
+   * When the entry last changed. Output only, except on ImportMemories.
+   *
+   * @generated from field: google.protobuf.Timestamp update_time = 10;
+   */
+  updateTime?: Timestamp | undefined;
+
+  /**
+   * When the entry expires: from that moment no call returns it, and it is
+   * deleted soon after. Unset: its store's `default_ttl` after it is added,
+   * or never.
+   *
+   * @generated from field: google.protobuf.Timestamp expire_time = 11;
+   */
+  expireTime?: Timestamp | undefined;
+
+  /**
+   * Changes with every update. Output only; give it back on UpdateMemory to
+   * update only the version read.
+   *
+   * @generated from field: string etag = 12;
+   */
+  etag: string;
 };
 
 /**
@@ -182,6 +216,233 @@ export type Memory = Message<"contextfold.v1.Memory"> & {
  */
 export const MemorySchema: GenMessage<Memory> = /*@__PURE__*/
   messageDesc(file_contextfold_v1_memory, 2);
+
+/**
+ * A condition on entries: on one field, or a combination of conditions.
+ * Fields are `create_time`, `update_time`, `expire_time` and `metadata.KEY`,
+ * where KEY is a key of the metadata, dotted for nested objects
+ * (`metadata.place.city`); a key holding a dot or a backtick is quoted in
+ * backticks, a backtick doubled (`metadata.`a.b``).
+ *
+ * @generated from message contextfold.v1.Filter
+ */
+export type Filter = Message<"contextfold.v1.Filter"> & {
+  /**
+   * One kind is set.
+   *
+   * @generated from oneof contextfold.v1.Filter.kind
+   */
+  kind: {
+    /**
+     * A condition on one field.
+     *
+     * @generated from field: contextfold.v1.FieldFilter field = 1;
+     */
+    value: FieldFilter;
+    case: "field";
+  } | {
+    /**
+     * Every filter holds (at least one filter).
+     *
+     * @generated from field: contextfold.v1.FilterList all = 2;
+     */
+    value: FilterList;
+    case: "all";
+  } | {
+    /**
+     * At least one filter holds (at least one filter).
+     *
+     * @generated from field: contextfold.v1.FilterList any = 3;
+     */
+    value: FilterList;
+    case: "any";
+  } | {
+    /**
+     * The filter does not hold.
+     *
+     * @generated from field: contextfold.v1.Filter not = 4;
+     */
+    value: Filter;
+    case: "not";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message contextfold.v1.Filter.
+ * Use `create(FilterSchema)` to create a new message.
+ */
+export const FilterSchema: GenMessage<Filter> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 3);
+
+/**
+ * Filters combined by Filter's `all` or `any`.
+ *
+ * @generated from message contextfold.v1.FilterList
+ */
+export type FilterList = Message<"contextfold.v1.FilterList"> & {
+  /**
+   * At most 64 conditions in one filter, at most 8 levels deep.
+   *
+   * @generated from field: repeated contextfold.v1.Filter filters = 1;
+   */
+  filters: Filter[];
+};
+
+/**
+ * Describes the message contextfold.v1.FilterList.
+ * Use `create(FilterListSchema)` to create a new message.
+ */
+export const FilterListSchema: GenMessage<FilterList> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 4);
+
+/**
+ * A condition on one field.
+ *
+ * @generated from message contextfold.v1.FieldFilter
+ */
+export type FieldFilter = Message<"contextfold.v1.FieldFilter"> & {
+  /**
+   * `create_time`, `update_time`, `expire_time` or `metadata.KEY`.
+   *
+   * @generated from field: string field = 1;
+   */
+  field: string;
+
+  /**
+   * One test is set.
+   *
+   * @generated from oneof contextfold.v1.FieldFilter.test
+   */
+  test: {
+    /**
+     * The metadata value equals this string, number, bool or null.
+     *
+     * @generated from field: google.protobuf.Value equals = 2;
+     */
+    value: Value;
+    case: "equals";
+  } | {
+    /**
+     * The metadata value equals one of these (1 to 100 strings, numbers or bools).
+     *
+     * @generated from field: google.protobuf.ListValue in = 3;
+     */
+    value: ListValue;
+    case: "in";
+  } | {
+    /**
+     * The metadata value is a list holding this string, number or bool.
+     *
+     * @generated from field: google.protobuf.Value contains = 4;
+     */
+    value: Value;
+    case: "contains";
+  } | {
+    /**
+     * The value lies in this range: a number for metadata, a time for the
+     * entry's times. A metadata value that is not a number is never in range.
+     *
+     * @generated from field: contextfold.v1.Range range = 5;
+     */
+    value: Range;
+    case: "range";
+  } | {
+    /**
+     * true: the field is present (for `expire_time`: the entry expires);
+     * false: it is not.
+     *
+     * @generated from field: bool exists = 6;
+     */
+    value: boolean;
+    case: "exists";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message contextfold.v1.FieldFilter.
+ * Use `create(FieldFilterSchema)` to create a new message.
+ */
+export const FieldFilterSchema: GenMessage<FieldFilter> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 5);
+
+/**
+ * A range; at least one bound is set, at most one lower and one upper.
+ *
+ * @generated from message contextfold.v1.Range
+ */
+export type Range = Message<"contextfold.v1.Range"> & {
+  /**
+   * Greater than.
+   *
+   * @generated from field: contextfold.v1.Bound gt = 1;
+   */
+  gt?: Bound | undefined;
+
+  /**
+   * Greater than or equal to.
+   *
+   * @generated from field: contextfold.v1.Bound gte = 2;
+   */
+  gte?: Bound | undefined;
+
+  /**
+   * Less than.
+   *
+   * @generated from field: contextfold.v1.Bound lt = 3;
+   */
+  lt?: Bound | undefined;
+
+  /**
+   * Less than or equal to.
+   *
+   * @generated from field: contextfold.v1.Bound lte = 4;
+   */
+  lte?: Bound | undefined;
+};
+
+/**
+ * Describes the message contextfold.v1.Range.
+ * Use `create(RangeSchema)` to create a new message.
+ */
+export const RangeSchema: GenMessage<Range> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 6);
+
+/**
+ * One end of a range.
+ *
+ * @generated from message contextfold.v1.Bound
+ */
+export type Bound = Message<"contextfold.v1.Bound"> & {
+  /**
+   * One value is set.
+   *
+   * @generated from oneof contextfold.v1.Bound.value
+   */
+  value: {
+    /**
+     * For metadata.
+     *
+     * @generated from field: double number = 1;
+     */
+    value: number;
+    case: "number";
+  } | {
+    /**
+     * For the entry's times.
+     *
+     * @generated from field: google.protobuf.Timestamp time = 2;
+     */
+    value: Timestamp;
+    case: "time";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message contextfold.v1.Bound.
+ * Use `create(BoundSchema)` to create a new message.
+ */
+export const BoundSchema: GenMessage<Bound> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 7);
 
 /**
  * An entry found by a search, with its similarity to the query.
@@ -209,7 +470,7 @@ export type ScoredMemory = Message<"contextfold.v1.ScoredMemory"> & {
  * Use `create(ScoredMemorySchema)` to create a new message.
  */
 export const ScoredMemorySchema: GenMessage<ScoredMemory> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 3);
+  messageDesc(file_contextfold_v1_memory, 8);
 
 /**
  * Request for CreateStore.
@@ -230,7 +491,7 @@ export type CreateStoreRequest = Message<"contextfold.v1.CreateStoreRequest"> & 
  * Use `create(CreateStoreRequestSchema)` to create a new message.
  */
 export const CreateStoreRequestSchema: GenMessage<CreateStoreRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 4);
+  messageDesc(file_contextfold_v1_memory, 9);
 
 /**
  * Response for CreateStore.
@@ -251,7 +512,7 @@ export type CreateStoreResponse = Message<"contextfold.v1.CreateStoreResponse"> 
  * Use `create(CreateStoreResponseSchema)` to create a new message.
  */
 export const CreateStoreResponseSchema: GenMessage<CreateStoreResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 5);
+  messageDesc(file_contextfold_v1_memory, 10);
 
 /**
  * Request for ListStores.
@@ -281,7 +542,7 @@ export type ListStoresRequest = Message<"contextfold.v1.ListStoresRequest"> & {
  * Use `create(ListStoresRequestSchema)` to create a new message.
  */
 export const ListStoresRequestSchema: GenMessage<ListStoresRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 6);
+  messageDesc(file_contextfold_v1_memory, 11);
 
 /**
  * Response for ListStores.
@@ -309,7 +570,7 @@ export type ListStoresResponse = Message<"contextfold.v1.ListStoresResponse"> & 
  * Use `create(ListStoresResponseSchema)` to create a new message.
  */
 export const ListStoresResponseSchema: GenMessage<ListStoresResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 7);
+  messageDesc(file_contextfold_v1_memory, 12);
 
 /**
  * Request for DeleteStore.
@@ -337,7 +598,7 @@ export type DeleteStoreRequest = Message<"contextfold.v1.DeleteStoreRequest"> & 
  * Use `create(DeleteStoreRequestSchema)` to create a new message.
  */
 export const DeleteStoreRequestSchema: GenMessage<DeleteStoreRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 8);
+  messageDesc(file_contextfold_v1_memory, 13);
 
 /**
  * Response for DeleteStore.
@@ -358,7 +619,7 @@ export type DeleteStoreResponse = Message<"contextfold.v1.DeleteStoreResponse"> 
  * Use `create(DeleteStoreResponseSchema)` to create a new message.
  */
 export const DeleteStoreResponseSchema: GenMessage<DeleteStoreResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 9);
+  messageDesc(file_contextfold_v1_memory, 14);
 
 /**
  * Request for AddMemories.
@@ -386,7 +647,7 @@ export type AddMemoriesRequest = Message<"contextfold.v1.AddMemoriesRequest"> & 
  * Use `create(AddMemoriesRequestSchema)` to create a new message.
  */
 export const AddMemoriesRequestSchema: GenMessage<AddMemoriesRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 10);
+  messageDesc(file_contextfold_v1_memory, 15);
 
 /**
  * Response for AddMemories.
@@ -407,7 +668,7 @@ export type AddMemoriesResponse = Message<"contextfold.v1.AddMemoriesResponse"> 
  * Use `create(AddMemoriesResponseSchema)` to create a new message.
  */
 export const AddMemoriesResponseSchema: GenMessage<AddMemoriesResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 11);
+  messageDesc(file_contextfold_v1_memory, 16);
 
 /**
  * Request for SearchMemories.
@@ -466,6 +727,13 @@ export type SearchMemoriesRequest = Message<"contextfold.v1.SearchMemoriesReques
    * @generated from field: contextfold.v1.Ranking ranking = 7;
    */
   ranking: Ranking;
+
+  /**
+   * Only entries matching this filter.
+   *
+   * @generated from field: contextfold.v1.Filter filter = 8;
+   */
+  filter?: Filter | undefined;
 };
 
 /**
@@ -473,7 +741,7 @@ export type SearchMemoriesRequest = Message<"contextfold.v1.SearchMemoriesReques
  * Use `create(SearchMemoriesRequestSchema)` to create a new message.
  */
 export const SearchMemoriesRequestSchema: GenMessage<SearchMemoriesRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 12);
+  messageDesc(file_contextfold_v1_memory, 17);
 
 /**
  * Response for SearchMemories.
@@ -502,7 +770,7 @@ export type SearchMemoriesResponse = Message<"contextfold.v1.SearchMemoriesRespo
  * Use `create(SearchMemoriesResponseSchema)` to create a new message.
  */
 export const SearchMemoriesResponseSchema: GenMessage<SearchMemoriesResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 13);
+  messageDesc(file_contextfold_v1_memory, 18);
 
 /**
  * Request for GetMemory.
@@ -523,7 +791,7 @@ export type GetMemoryRequest = Message<"contextfold.v1.GetMemoryRequest"> & {
  * Use `create(GetMemoryRequestSchema)` to create a new message.
  */
 export const GetMemoryRequestSchema: GenMessage<GetMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 14);
+  messageDesc(file_contextfold_v1_memory, 19);
 
 /**
  * Response for GetMemory.
@@ -544,7 +812,7 @@ export type GetMemoryResponse = Message<"contextfold.v1.GetMemoryResponse"> & {
  * Use `create(GetMemoryResponseSchema)` to create a new message.
  */
 export const GetMemoryResponseSchema: GenMessage<GetMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 15);
+  messageDesc(file_contextfold_v1_memory, 20);
 
 /**
  * Request for ListMemories.
@@ -581,6 +849,13 @@ export type ListMemoriesRequest = Message<"contextfold.v1.ListMemoriesRequest"> 
    * @generated from field: contextfold.v1.Scope scope = 4;
    */
   scope?: Scope | undefined;
+
+  /**
+   * Only entries matching this filter.
+   *
+   * @generated from field: contextfold.v1.Filter filter = 5;
+   */
+  filter?: Filter | undefined;
 };
 
 /**
@@ -588,7 +863,7 @@ export type ListMemoriesRequest = Message<"contextfold.v1.ListMemoriesRequest"> 
  * Use `create(ListMemoriesRequestSchema)` to create a new message.
  */
 export const ListMemoriesRequestSchema: GenMessage<ListMemoriesRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 16);
+  messageDesc(file_contextfold_v1_memory, 21);
 
 /**
  * Response for ListMemories.
@@ -616,7 +891,7 @@ export type ListMemoriesResponse = Message<"contextfold.v1.ListMemoriesResponse"
  * Use `create(ListMemoriesResponseSchema)` to create a new message.
  */
 export const ListMemoriesResponseSchema: GenMessage<ListMemoriesResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 17);
+  messageDesc(file_contextfold_v1_memory, 22);
 
 /**
  * Request for DeleteMemories.
@@ -645,7 +920,7 @@ export type DeleteMemoriesRequest = Message<"contextfold.v1.DeleteMemoriesReques
  * Use `create(DeleteMemoriesRequestSchema)` to create a new message.
  */
 export const DeleteMemoriesRequestSchema: GenMessage<DeleteMemoriesRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 18);
+  messageDesc(file_contextfold_v1_memory, 23);
 
 /**
  * Response for DeleteMemories.
@@ -666,7 +941,543 @@ export type DeleteMemoriesResponse = Message<"contextfold.v1.DeleteMemoriesRespo
  * Use `create(DeleteMemoriesResponseSchema)` to create a new message.
  */
 export const DeleteMemoriesResponseSchema: GenMessage<DeleteMemoriesResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_memory, 19);
+  messageDesc(file_contextfold_v1_memory, 24);
+
+/**
+ * Request for UpdateMemory.
+ *
+ * @generated from message contextfold.v1.UpdateMemoryRequest
+ */
+export type UpdateMemoryRequest = Message<"contextfold.v1.UpdateMemoryRequest"> & {
+  /**
+   * The entry: `id` names it, and the fields `update_mask` names hold the new
+   * values. With `etag`, the update applies only to that version. `store` is
+   * required with `allow_missing` (where to add it), and otherwise must be
+   * empty or the entry's store.
+   *
+   * @generated from field: contextfold.v1.Memory memory = 1;
+   */
+  memory?: Memory | undefined;
+
+  /**
+   * The fields to change: `content`, `metadata`, `user_id`, `agent_id`,
+   * `session_id`, `vector`, `expire_time`. Empty: those set in `memory`.
+   * Changing `content` embeds it again, unless `vector` is changed with it.
+   *
+   * @generated from field: google.protobuf.FieldMask update_mask = 2;
+   */
+  updateMask?: FieldMask | undefined;
+
+  /**
+   * Add the entry when no entry has its id (an upsert).
+   *
+   * @generated from field: bool allow_missing = 3;
+   */
+  allowMissing: boolean;
+};
+
+/**
+ * Describes the message contextfold.v1.UpdateMemoryRequest.
+ * Use `create(UpdateMemoryRequestSchema)` to create a new message.
+ */
+export const UpdateMemoryRequestSchema: GenMessage<UpdateMemoryRequest> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 25);
+
+/**
+ * Response for UpdateMemory.
+ *
+ * @generated from message contextfold.v1.UpdateMemoryResponse
+ */
+export type UpdateMemoryResponse = Message<"contextfold.v1.UpdateMemoryResponse"> & {
+  /**
+   * The entry as stored now.
+   *
+   * @generated from field: contextfold.v1.Memory memory = 1;
+   */
+  memory?: Memory | undefined;
+
+  /**
+   * Whether the entry was added (`allow_missing` and its id was free).
+   *
+   * @generated from field: bool created = 2;
+   */
+  created: boolean;
+};
+
+/**
+ * Describes the message contextfold.v1.UpdateMemoryResponse.
+ * Use `create(UpdateMemoryResponseSchema)` to create a new message.
+ */
+export const UpdateMemoryResponseSchema: GenMessage<UpdateMemoryResponse> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 26);
+
+/**
+ * A version of an entry that an update replaced.
+ *
+ * @generated from message contextfold.v1.MemoryVersion
+ */
+export type MemoryVersion = Message<"contextfold.v1.MemoryVersion"> & {
+  /**
+   * 1 for the entry as added, counting up with each update.
+   *
+   * @generated from field: int64 version = 1;
+   */
+  version: bigint;
+
+  /**
+   * The entry's fields in that version (its vector is not kept).
+   *
+   * @generated from field: contextfold.v1.Memory memory = 2;
+   */
+  memory?: Memory | undefined;
+
+  /**
+   * When an update replaced it.
+   *
+   * @generated from field: google.protobuf.Timestamp replace_time = 3;
+   */
+  replaceTime?: Timestamp | undefined;
+
+  /**
+   * Who replaced it: the id of the API key the update came with (empty on an
+   * open server).
+   *
+   * @generated from field: string replaced_by = 4;
+   */
+  replacedBy: string;
+};
+
+/**
+ * Describes the message contextfold.v1.MemoryVersion.
+ * Use `create(MemoryVersionSchema)` to create a new message.
+ */
+export const MemoryVersionSchema: GenMessage<MemoryVersion> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 27);
+
+/**
+ * Request for ListMemoryVersions.
+ *
+ * @generated from message contextfold.v1.ListMemoryVersionsRequest
+ */
+export type ListMemoryVersionsRequest = Message<"contextfold.v1.ListMemoryVersionsRequest"> & {
+  /**
+   * The entry's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * At most this many versions; 0 means 50, and more than 1000 means 1000.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message contextfold.v1.ListMemoryVersionsRequest.
+ * Use `create(ListMemoryVersionsRequestSchema)` to create a new message.
+ */
+export const ListMemoryVersionsRequestSchema: GenMessage<ListMemoryVersionsRequest> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 28);
+
+/**
+ * Response for ListMemoryVersions.
+ *
+ * @generated from message contextfold.v1.ListMemoryVersionsResponse
+ */
+export type ListMemoryVersionsResponse = Message<"contextfold.v1.ListMemoryVersionsResponse"> & {
+  /**
+   * The versions of this page, newest first.
+   *
+   * @generated from field: repeated contextfold.v1.MemoryVersion versions = 1;
+   */
+  versions: MemoryVersion[];
+
+  /**
+   * Pass as `page_token` for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message contextfold.v1.ListMemoryVersionsResponse.
+ * Use `create(ListMemoryVersionsResponseSchema)` to create a new message.
+ */
+export const ListMemoryVersionsResponseSchema: GenMessage<ListMemoryVersionsResponse> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 29);
+
+/**
+ * Request for EraseMemories. A scope or a filter is required.
+ *
+ * @generated from message contextfold.v1.EraseMemoriesRequest
+ */
+export type EraseMemoriesRequest = Message<"contextfold.v1.EraseMemoriesRequest"> & {
+  /**
+   * Only entries of this scope.
+   *
+   * @generated from field: contextfold.v1.Scope scope = 1;
+   */
+  scope?: Scope | undefined;
+
+  /**
+   * Only entries matching this filter.
+   *
+   * @generated from field: contextfold.v1.Filter filter = 2;
+   */
+  filter?: Filter | undefined;
+
+  /**
+   * Only entries of these stores; empty: every store.
+   *
+   * @generated from field: repeated string stores = 3;
+   */
+  stores: string[];
+};
+
+/**
+ * Describes the message contextfold.v1.EraseMemoriesRequest.
+ * Use `create(EraseMemoriesRequestSchema)` to create a new message.
+ */
+export const EraseMemoriesRequestSchema: GenMessage<EraseMemoriesRequest> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 30);
+
+/**
+ * Response for EraseMemories.
+ *
+ * @generated from message contextfold.v1.EraseMemoriesResponse
+ */
+export type EraseMemoriesResponse = Message<"contextfold.v1.EraseMemoriesResponse"> & {
+  /**
+   * How many entries were deleted.
+   *
+   * @generated from field: int64 erased_count = 1;
+   */
+  erasedCount: bigint;
+};
+
+/**
+ * Describes the message contextfold.v1.EraseMemoriesResponse.
+ * Use `create(EraseMemoriesResponseSchema)` to create a new message.
+ */
+export const EraseMemoriesResponseSchema: GenMessage<EraseMemoriesResponse> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 31);
+
+/**
+ * Request for ExportMemories.
+ *
+ * @generated from message contextfold.v1.ExportMemoriesRequest
+ */
+export type ExportMemoriesRequest = Message<"contextfold.v1.ExportMemoriesRequest"> & {
+  /**
+   * The stores to export; empty: every store.
+   *
+   * @generated from field: repeated string stores = 1;
+   */
+  stores: string[];
+
+  /**
+   * Only entries of this scope.
+   *
+   * @generated from field: contextfold.v1.Scope scope = 2;
+   */
+  scope?: Scope | undefined;
+
+  /**
+   * Only entries matching this filter.
+   *
+   * @generated from field: contextfold.v1.Filter filter = 3;
+   */
+  filter?: Filter | undefined;
+};
+
+/**
+ * Describes the message contextfold.v1.ExportMemoriesRequest.
+ * Use `create(ExportMemoriesRequestSchema)` to create a new message.
+ */
+export const ExportMemoriesRequestSchema: GenMessage<ExportMemoriesRequest> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 32);
+
+/**
+ * One part of an export: the stores come first, then their entries, oldest
+ * first, a batch at a time.
+ *
+ * @generated from message contextfold.v1.ExportMemoriesResponse
+ */
+export type ExportMemoriesResponse = Message<"contextfold.v1.ExportMemoriesResponse"> & {
+  /**
+   * Stores exported (in the first message).
+   *
+   * @generated from field: repeated contextfold.v1.Store stores = 1;
+   */
+  stores: Store[];
+
+  /**
+   * Entries, with their vectors and times.
+   *
+   * @generated from field: repeated contextfold.v1.Memory memories = 2;
+   */
+  memories: Memory[];
+};
+
+/**
+ * Describes the message contextfold.v1.ExportMemoriesResponse.
+ * Use `create(ExportMemoriesResponseSchema)` to create a new message.
+ */
+export const ExportMemoriesResponseSchema: GenMessage<ExportMemoriesResponse> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 33);
+
+/**
+ * One part of an import, as ExportMemories streams it.
+ *
+ * @generated from message contextfold.v1.ImportMemoriesRequest
+ */
+export type ImportMemoriesRequest = Message<"contextfold.v1.ImportMemoriesRequest"> & {
+  /**
+   * Stores to create when they do not exist (an existing store of another
+   * dimension is FAILED_PRECONDITION).
+   *
+   * @generated from field: repeated contextfold.v1.Store stores = 1;
+   */
+  stores: Store[];
+
+  /**
+   * Entries to add, each with `store`; `id` is required, `vector` too when
+   * the server's embedder does not make the store's dimension.
+   *
+   * @generated from field: repeated contextfold.v1.Memory memories = 2;
+   */
+  memories: Memory[];
+};
+
+/**
+ * Describes the message contextfold.v1.ImportMemoriesRequest.
+ * Use `create(ImportMemoriesRequestSchema)` to create a new message.
+ */
+export const ImportMemoriesRequestSchema: GenMessage<ImportMemoriesRequest> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 34);
+
+/**
+ * Response for ImportMemories.
+ *
+ * @generated from message contextfold.v1.ImportMemoriesResponse
+ */
+export type ImportMemoriesResponse = Message<"contextfold.v1.ImportMemoriesResponse"> & {
+  /**
+   * Stores created.
+   *
+   * @generated from field: int64 created_store_count = 1;
+   */
+  createdStoreCount: bigint;
+
+  /**
+   * Entries added.
+   *
+   * @generated from field: int64 added_count = 2;
+   */
+  addedCount: bigint;
+
+  /**
+   * Entries that existed and were replaced.
+   *
+   * @generated from field: int64 replaced_count = 3;
+   */
+  replacedCount: bigint;
+
+  /**
+   * Entries that existed as imported, left as they were.
+   *
+   * @generated from field: int64 unchanged_count = 4;
+   */
+  unchangedCount: bigint;
+};
+
+/**
+ * Describes the message contextfold.v1.ImportMemoriesResponse.
+ * Use `create(ImportMemoriesResponseSchema)` to create a new message.
+ */
+export const ImportMemoriesResponseSchema: GenMessage<ImportMemoriesResponse> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 35);
+
+/**
+ * Request for Remember.
+ *
+ * @generated from message contextfold.v1.RememberRequest
+ */
+export type RememberRequest = Message<"contextfold.v1.RememberRequest"> & {
+  /**
+   * The store to remember into.
+   *
+   * @generated from field: string store = 1;
+   */
+  store: string;
+
+  /**
+   * The conversation, or its latest turns.
+   *
+   * @generated from field: repeated contextfold.v1.Message messages = 2;
+   */
+  messages: Message$1[];
+
+  /**
+   * The scope of the entries stored.
+   *
+   * @generated from field: contextfold.v1.Scope scope = 3;
+   */
+  scope?: Scope | undefined;
+
+  /**
+   * Whose turns are remembered; empty: the user's.
+   *
+   * @generated from field: repeated contextfold.v1.Role roles = 4;
+   */
+  roles: Role[];
+
+  /**
+   * Turns with fewer characters of text are not remembered; 0 means 1.
+   *
+   * @generated from field: int32 min_chars = 5;
+   */
+  minChars: number;
+
+  /**
+   * Names the conversation, so that the same words said in two conversations
+   * are two turns; empty: turns are told apart by their scope and text.
+   *
+   * @generated from field: string conversation_id = 6;
+   */
+  conversationId: string;
+
+  /**
+   * Extract facts from the turns with the server's extractor (its operator
+   * configures one) and add, update or keep memories by them, instead of
+   * storing the turns' text.
+   *
+   * @generated from field: bool extract = 7;
+   */
+  extract: boolean;
+
+  /**
+   * Kept with every entry stored.
+   *
+   * @generated from field: google.protobuf.Struct metadata = 8;
+   */
+  metadata?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message contextfold.v1.RememberRequest.
+ * Use `create(RememberRequestSchema)` to create a new message.
+ */
+export const RememberRequestSchema: GenMessage<RememberRequest> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 36);
+
+/**
+ * What Remember did with one memory.
+ *
+ * @generated from message contextfold.v1.RememberedMemory
+ */
+export type RememberedMemory = Message<"contextfold.v1.RememberedMemory"> & {
+  /**
+   * What was done.
+   *
+   * @generated from field: contextfold.v1.RememberedMemory.Action action = 1;
+   */
+  action: RememberedMemory_Action;
+
+  /**
+   * The memory as stored now.
+   *
+   * @generated from field: contextfold.v1.Memory memory = 2;
+   */
+  memory?: Memory | undefined;
+};
+
+/**
+ * Describes the message contextfold.v1.RememberedMemory.
+ * Use `create(RememberedMemorySchema)` to create a new message.
+ */
+export const RememberedMemorySchema: GenMessage<RememberedMemory> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 37);
+
+/**
+ * What was done.
+ *
+ * @generated from enum contextfold.v1.RememberedMemory.Action
+ */
+export enum RememberedMemory_Action {
+  /**
+   * Not used.
+   *
+   * @generated from enum value: ACTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The memory was added.
+   *
+   * @generated from enum value: ACTION_ADDED = 1;
+   */
+  ADDED = 1,
+
+  /**
+   * An existing memory was updated (extraction only).
+   *
+   * @generated from enum value: ACTION_UPDATED = 2;
+   */
+  UPDATED = 2,
+}
+
+/**
+ * Describes the enum contextfold.v1.RememberedMemory.Action.
+ */
+export const RememberedMemory_ActionSchema: GenEnum<RememberedMemory_Action> = /*@__PURE__*/
+  enumDesc(file_contextfold_v1_memory, 37, 0);
+
+/**
+ * Response for Remember.
+ *
+ * @generated from message contextfold.v1.RememberResponse
+ */
+export type RememberResponse = Message<"contextfold.v1.RememberResponse"> & {
+  /**
+   * The memories added or updated, in the order of the turns.
+   *
+   * @generated from field: repeated contextfold.v1.RememberedMemory memories = 1;
+   */
+  memories: RememberedMemory[];
+
+  /**
+   * How many turns were new (not remembered before) and qualified.
+   *
+   * @generated from field: int32 remembered_turn_count = 2;
+   */
+  rememberedTurnCount: number;
+
+  /**
+   * How many qualifying turns had been remembered before, and were skipped.
+   *
+   * @generated from field: int32 skipped_turn_count = 3;
+   */
+  skippedTurnCount: number;
+};
+
+/**
+ * Describes the message contextfold.v1.RememberResponse.
+ * Use `create(RememberResponseSchema)` to create a new message.
+ */
+export const RememberResponseSchema: GenMessage<RememberResponse> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_memory, 38);
 
 /**
  * How search results are ranked. The README compares them on labelled sets.
@@ -810,6 +1621,74 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof DeleteMemoriesRequestSchema;
     output: typeof DeleteMemoriesResponseSchema;
+  },
+  /**
+   * Changes the fields of one entry an update mask names, keeping the version
+   * it replaces (ListMemoryVersions). With the entry's etag, ABORTED when it
+   * changed since it was read; with `allow_missing`, adds it when its id is free.
+   *
+   * @generated from rpc contextfold.v1.MemoryService.UpdateMemory
+   */
+  updateMemory: {
+    methodKind: "unary";
+    input: typeof UpdateMemoryRequestSchema;
+    output: typeof UpdateMemoryResponseSchema;
+  },
+  /**
+   * The versions an entry's updates replaced, newest first.
+   *
+   * @generated from rpc contextfold.v1.MemoryService.ListMemoryVersions
+   */
+  listMemoryVersions: {
+    methodKind: "unary";
+    input: typeof ListMemoryVersionsRequestSchema;
+    output: typeof ListMemoryVersionsResponseSchema;
+  },
+  /**
+   * Deletes every entry matching a scope and/or a filter, across the stores of
+   * the namespace (or those named), with their versions; a retry deletes what
+   * is left. Admin keys only, unless the key is bound to the scope erased.
+   *
+   * @generated from rpc contextfold.v1.MemoryService.EraseMemories
+   */
+  eraseMemories: {
+    methodKind: "unary";
+    input: typeof EraseMemoriesRequestSchema;
+    output: typeof EraseMemoriesResponseSchema;
+  },
+  /**
+   * Streams stores and their entries, vectors included, for ImportMemories.
+   *
+   * @generated from rpc contextfold.v1.MemoryService.ExportMemories
+   */
+  exportMemories: {
+    methodKind: "server_streaming";
+    input: typeof ExportMemoriesRequestSchema;
+    output: typeof ExportMemoriesResponseSchema;
+  },
+  /**
+   * Adds what ExportMemories streamed: stores that do not exist are created,
+   * and an entry whose id exists is replaced, so importing twice changes nothing.
+   *
+   * @generated from rpc contextfold.v1.MemoryService.ImportMemories
+   */
+  importMemories: {
+    methodKind: "client_streaming";
+    input: typeof ImportMemoriesRequestSchema;
+    output: typeof ImportMemoriesResponseSchema;
+  },
+  /**
+   * Stores what a conversation says that should be remembered: the text of
+   * its user turns (or the roles asked for), or the facts the server's
+   * extractor finds in them. Injected blocks are never stored. Each turn is
+   * remembered once: sending the conversation again adds nothing.
+   *
+   * @generated from rpc contextfold.v1.MemoryService.Remember
+   */
+  remember: {
+    methodKind: "unary";
+    input: typeof RememberRequestSchema;
+    output: typeof RememberResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_contextfold_v1_memory, 0);

@@ -1,0 +1,54 @@
+"""Which turns of a conversation Remember keeps, and how each is known again.
+
+Injected context is never remembered (the reference's rule: what was folded in
+must not be extracted back into memory): an `InjectedBlock` is no turn's text; a
+text block repeating an injected block's text is left out too (a client that
+shows injected blocks to the model as text, and keeps both), and so is a text
+block holding nothing but a `<memory>` region (the shipped reference folds its
+context as a text block of the user's message).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from .conversation import Role, Turn
+
+# A text block that is a whole memory region of the reference's format, and nothing else.
+_MEMORY_REGION = re.compile(r"\A\s*<memory>.*</memory>\s*\Z", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class SpokenTurn:
+    """A turn to remember: its position in the conversation, role and text, and its key."""
+
+    index: int
+    role: Role
+    text: str
+    # The same for the same words in the same conversation and scope: a turn is remembered once.
+    key: str
+
+
+def spoken_turns(
+    turns: Sequence[Turn], roles: Collection[Role], min_chars: int, identity: Sequence[str]
+) -> list[SpokenTurn]:
+    """The turns of `roles` whose own text (injected context left out) has at least `min_chars`
+    characters, each keyed by `identity` (store, scope, conversation), its role and its text. A turn
+    repeated word for word is one turn."""
+    injected = {ref.text for turn in turns for ref in turn.injected if ref.text}
+    spoken: dict[str, SpokenTurn] = {}
+    for index, turn in enumerate(turns):
+        if turn.role not in roles:
+            continue
+        own = [text for text in turn.texts if text not in injected and not _MEMORY_REGION.match(text)]
+        text = "\n".join(own).strip()
+        if len(text) < min_chars:
+            continue
+        key = json.dumps([*identity, turn.role.value, text], ensure_ascii=False, separators=(",", ":"))
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        spoken.setdefault(digest, SpokenTurn(index, turn.role, text, digest))
+    return list(spoken.values())

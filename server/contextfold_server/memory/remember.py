@@ -1,0 +1,143 @@
+"""Remember: store what a conversation's turns say, once per turn.
+
+By default each new turn's text is an entry of its own (its id derived from the
+turn's key, so a retry adds nothing). With the extractor, the turns' facts are
+weighed against the nearest entries kept (engine of the decision: the chat model,
+`extractor.py`): new facts are added, corrections update the entry they correct
+(keeping its previous version), known facts change nothing. Either way the turns
+are noted (`remembered_turns`) in the transaction that adds their entries, so a
+turn is remembered once even when the entry it gave was deleted since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..embedding import Embedder
+from ..engine.memory import SearchQuery
+from ..engine.remember import SpokenTurn
+from ..errors import InvalidArgument, NotFound, Unavailable
+from .extractor import ExtractFailed, Extractor
+from .store import MemoryChange, MemoryRecord, NewMemory, PostgresMemoryStore, Scope
+
+logger = logging.getLogger(__name__)
+
+# How many kept entries near each fact the extractor is shown, and how near they must be.
+KEPT_PER_FACT = 3
+KEPT_MIN_SCORE = 0.4
+
+
+@dataclass
+class Remembered:
+    """What a Remember did: each entry added or updated (in order, with `added` or `updated`), and how
+    many qualifying turns were new and how many had been remembered before."""
+
+    memories: list[tuple[str, MemoryRecord]] = field(default_factory=list)
+    new_turns: int = 0
+    skipped_turns: int = 0
+
+
+class Rememberer:
+    def __init__(self, store: PostgresMemoryStore, embedder: Embedder, extractor: Extractor | None = None) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._extractor = extractor
+
+    def check_extract(self, extract: bool, field_name: str) -> None:
+        if extract and self._extractor is None:
+            raise InvalidArgument.of(field_name, "needs an extractor, and this server has none configured")
+
+    async def remember(
+        self,
+        namespace: str,
+        store: str,
+        scope: Scope,
+        turns: Sequence[SpokenTurn],
+        metadata: dict[str, Any],
+        extract: bool,
+        replaced_by: str,
+    ) -> Remembered:
+        """Remember the turns not remembered before into `store`, within `scope`."""
+        if not turns:
+            return Remembered()
+        stores = await self._store.get_stores(namespace, [store])
+        if store not in stores:
+            raise NotFound("store", store)
+        if stores[store].dimension != self._embedder.dimension:
+            raise InvalidArgument.of(
+                "store",
+                f"has {stores[store].dimension} dimensions and the server's embedder ({self._embedder.name})"
+                f" produces {self._embedder.dimension}: Remember embeds with it",
+            )
+        done = await self._store.remembered(namespace, store, [turn.key for turn in turns])
+        new = [turn for turn in turns if turn.key not in done]
+        outcome = Remembered(new_turns=len(new), skipped_turns=len(turns) - len(new))
+        if not new:
+            return outcome
+        keys = [turn.key for turn in new]
+        if not extract:
+            vectors = await self._embedder.embed([turn.text for turn in new])
+            memories = [
+                NewMemory(turn.text, vector, f"turn-{turn.key}", metadata, scope)
+                for turn, vector in zip(new, vectors, strict=True)
+            ]
+            _, added = await self._store.remember_turns(namespace, store, scope, keys, memories)
+            outcome.memories = [("added", record) for record in added]
+            return outcome
+        adds, updates = await self._extract(namespace, store, scope, new)
+        vectors = await self._embedder.embed([text for text in adds] + [text for _, text in updates])
+        digest = hashlib.sha256("".join(keys).encode()).hexdigest()
+        memories = [
+            NewMemory(
+                text, vector, f"fact-{hashlib.sha256((digest + text).encode()).hexdigest()[:32]}", metadata, scope
+            )
+            for text, vector in zip(adds, vectors[: len(adds)], strict=True)
+        ]
+        _, added = await self._store.remember_turns(namespace, store, scope, keys, memories)
+        outcome.memories = [("added", record) for record in added]
+        for (kept, text), vector in zip(updates, vectors[len(adds) :], strict=True):
+            change = MemoryChange(frozenset({"content", "vector"}), content=text, vector=vector)
+            record, _ = await self._store.update_memory(
+                namespace, kept.id, change, etag=kept.etag, scope=scope, replaced_by=replaced_by
+            )
+            outcome.memories.append(("updated", record))
+        return outcome
+
+    async def _extract(
+        self, namespace: str, store: str, scope: Scope, turns: Sequence[SpokenTurn]
+    ) -> tuple[list[str], list[tuple[MemoryRecord, str]]]:
+        """The facts to add, and the kept entries to update with their new text, as the extractor decides."""
+        assert self._extractor is not None  # check_extract refused the request otherwise
+        started = time.perf_counter()
+        try:
+            facts = await self._extractor.facts([turn.text for turn in turns])
+            if not facts:
+                return [], []
+            vectors = await self._embedder.embed(facts)
+            searches = [
+                self._store.search(
+                    namespace,
+                    scope,
+                    SearchQuery(fact, tuple(vector), (store,), KEPT_PER_FACT, KEPT_MIN_SCORE, frozenset()),
+                )
+                for fact, vector in zip(facts, vectors, strict=True)
+            ]
+            kept: dict[str, MemoryRecord] = {}
+            for _, results in await asyncio.gather(*searches):
+                for result in results:
+                    kept.setdefault(result.memory.id, result.memory)
+            # The model is shown short ids (0, 1, …), not the entries' own: it copies those faithfully.
+            short = {str(index): record for index, record in enumerate(kept.values())}
+            decisions = await self._extractor.decide(facts, {key: record.content for key, record in short.items()})
+        except ExtractFailed as error:
+            raise Unavailable(f"the extractor failed: {error}", "EXTRACTOR_FAILED") from None
+        logger.debug("extracted | facts=<%d> seconds=<%.3f>", len(facts), time.perf_counter() - started)
+        adds = list(dict.fromkeys(d.text for d in decisions if d.event == "ADD"))
+        updates = {d.id: d.text for d in decisions if d.event == "UPDATE"}
+        return adds, [(short[key], text) for key, text in updates.items()]
