@@ -295,3 +295,81 @@ def test_a_namespace_uses_a_bounded_number_of_vector_dimensions(tenants: Tenants
     # A dimension it already uses is fine, as is the same new dimension for another tenant.
     globex.create_store(unique("again"), dimension=max(used))
     acme.create_store(unique("acme-99"), dimension=99)
+
+
+def test_erasure_reaches_every_store_of_one_scope_and_nothing_else(
+    server: ServerProcess, tenants: Tenants, as_tenant
+) -> None:
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    stores = [unique("erase-a"), unique("erase-b")]
+    for store in stores:
+        for tenant in (acme, globex):
+            tenant.create_store(store)
+            tenant.add_memories(
+                store,
+                [
+                    {"content": f"{user_id} fact {n}", "user_id": user_id, "metadata": {"n": n}}
+                    for user_id in ("u1", "u2")
+                    for n in range(3)
+                ],
+            )
+    corrected = next(m for m in acme.list_memories(stores[0], scope={"user_id": "u1"}))
+    acme.update_memory(corrected.id, content="u1 fact, corrected")
+
+    with pytest.raises(PermissionDenied) as denied:
+        as_tenant(tenants.acme_agent).erase_memories(scope={"user_id": "u1"})
+    assert denied.value.details[0].reason == "ADMIN_ROLE_REQUIRED"
+
+    assert acme.erase_memories(scope={"user_id": "u1"}, stores=stores) == 6
+    assert acme.erase_memories(scope={"user_id": "u1"}, stores=stores) == 0, "a retry finds nothing left"
+    for store in stores:
+        assert {m.user_id for m in acme.list_memories(store)} == {"u2"}
+        assert len(list(globex.list_memories(store, scope={"user_id": "u1"}))) == 3, "the other tenant keeps all"
+    with psycopg.connect(tenants.database_url, autocommit=True) as conn:
+        versions = conn.execute("SELECT count(*) FROM contextfold.memory_versions WHERE id = %s", (corrected.id,))
+        assert versions.fetchone() == (0,), "the versions went with the entry"
+
+    # A filter across stores; a key bound to a user erases within its user only, whatever it names.
+    assert acme.erase_memories(filter={"n": {"gte": 2}}, stores=stores) == 2
+    bound = keys(tenants.database_url, "create", "--namespace", "acme", "--role", "agent", "--user-id", "u2")
+    own = as_tenant(bound["key"])
+    wait_for(lambda: works(own), 10, what="the new key to work")
+    with pytest.raises(PermissionDenied) as elsewhere:
+        own.erase_memories(scope={"user_id": "u1"})
+    assert elsewhere.value.details[0].reason == "SCOPE_BOUND_KEY"
+    assert own.erase_memories(filter={"n": 0}, stores=stores) == 2
+    assert sorted(m.content for store in stores for m in acme.list_memories(store)) == ["u2 fact 1", "u2 fact 1"]
+    assert sum(len(list(globex.list_memories(store))) for store in stores) == 12
+
+
+def test_updates_versions_and_exports_stay_in_their_namespace_and_scope(
+    server: ServerProcess, tenants: Tenants, as_tenant
+) -> None:
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    store = unique("lifecycle")
+    acme.create_store(store)
+    (mine,) = acme.add_memories(store, [{"content": "Acme's roadmap", "user_id": "u1"}])
+    acme.update_memory(mine.id, content="Acme's roadmap, revised")
+    for call in (
+        lambda: globex.update_memory(mine.id, content="defaced"),
+        lambda: list(globex.list_memory_versions(mine.id)),
+        lambda: list(globex.export_memories(stores=[store])),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    bound = keys(tenants.database_url, "create", "--namespace", "acme", "--role", "agent", "--user-id", "u2")
+    other_user = as_tenant(bound["key"])
+    wait_for(lambda: works(other_user), 10, what="the new key to work")
+    with pytest.raises(NotFound):
+        other_user.update_memory(mine.id, content="defaced")
+    with pytest.raises(NotFound):
+        list(other_user.list_memory_versions(mine.id))
+    exported = [m for part in other_user.export_memories(stores=[store]) for m in part.memories]
+    assert exported == []
+    with pytest.raises(PermissionDenied):
+        other_user.update_memory(unique("upsert"), content="x", store=store, user_id="u1", allow_missing=True)
+    assert acme.get_memory(mine.id).content == "Acme's roadmap, revised"
+    assert [v.memory.content for v in acme.list_memory_versions(mine.id)] == ["Acme's roadmap"]
+    with pytest.raises(PermissionDenied) as import_denied:
+        as_tenant(tenants.acme_agent).import_memories([])
+    assert import_denied.value.details[0].reason == "ADMIN_ROLE_REQUIRED"

@@ -1,0 +1,155 @@
+"""Remember: a conversation's turns become memories once, injected context never does; with an
+extractor (a fake chat endpoint, tests/fake_chat.py), facts are added, correct what is kept, or change
+nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from contextfold import Client, InvalidArgument, NotFound, Unavailable
+from contextfold.v1 import memory_pb2
+
+from .conftest import assistant, unique, user
+from .fake_chat import FakeChat
+from .servers import ServerProcess, serving
+
+ADDED, UPDATED = memory_pb2.RememberedMemory.ACTION_ADDED, memory_pb2.RememberedMemory.ACTION_UPDATED
+
+
+def injected(text: str, ids: list[str]) -> dict:
+    return {"injected": {"source": "memory", "text": text, "entryIds": ids}}
+
+
+def test_remember_keeps_the_users_turns_and_never_injected_context(client: Client, make_store) -> None:
+    store = make_store()
+    region = '<memory>\n<entry source="prefs">Prefers tea</entry>\n</memory>'
+    conversation = [
+        user("I am planning a trip to Japan in April."),
+        assistant("Great! Cherry blossoms peak then."),
+        {"role": "user", "content": [injected(region, ["t1"]), {"text": "Book me a ryokan in Kyoto."}]},
+        # A client that shows injected blocks as text, and keeps both: the copy is not the user's words.
+        {"role": "user", "content": [{"text": region}, {"text": "My budget is 200 dollars a night."}]},
+        # The shipped reference folds its context as a text block of the user's message.
+        {"role": "user", "content": [{"text": "What about Osaka?"}, {"text": "\n\n" + region}]},
+    ]
+    done = client.remember(store, conversation, scope={"user_id": "kai"})
+
+    contents = [m.memory.content for m in done.memories]
+    assert contents == [
+        "I am planning a trip to Japan in April.",
+        "Book me a ryokan in Kyoto.",
+        "My budget is 200 dollars a night.",
+        "What about Osaka?",
+    ]
+    assert all(m.action == ADDED and m.memory.user_id == "kai" for m in done.memories)
+    assert (done.remembered_turn_count, done.skipped_turn_count) == (4, 0)
+    assert not any("Prefers tea" in m.content for m in client.list_memories(store))
+
+
+def test_a_turn_is_remembered_once_even_after_its_memory_is_deleted(client: Client, make_store) -> None:
+    store = make_store()
+    conversation = [user("My dog is called Biscuit."), assistant("Lovely name!")]
+    first = client.remember(store, conversation)
+    (memory,) = [m.memory for m in first.memories]
+
+    conversation += [user("She is three years old.")]
+    second = client.remember(store, conversation)
+    assert [m.memory.content for m in second.memories] == ["She is three years old."]
+    assert (second.remembered_turn_count, second.skipped_turn_count) == (1, 1)
+
+    client.delete_memories([memory.id])
+    third = client.remember(store, conversation)
+    assert (list(third.memories), third.remembered_turn_count, third.skipped_turn_count) == ([], 0, 2)
+    assert [m.content for m in client.list_memories(store)] == ["She is three years old."]
+
+
+def test_roles_minimum_length_and_conversations_are_the_callers_to_choose(client: Client, make_store) -> None:
+    store = make_store()
+    conversation = [user("ok"), assistant("The meeting moved to Thursday."), user("Thanks, noted that.")]
+    done = client.remember(store, conversation, roles=["user", "assistant"], min_chars=10)
+    assert [m.memory.content for m in done.memories] == ["The meeting moved to Thursday.", "Thanks, noted that."]
+    # The same words in another conversation are another turn; in the same one, the same turn.
+    again = client.remember(store, [user("Thanks, noted that.")], conversation_id="c2")
+    assert [m.memory.content for m in again.memories] == ["Thanks, noted that."]
+    assert client.remember(store, [user("Thanks, noted that.")], conversation_id="c2").skipped_turn_count == 1
+
+
+def test_bad_remember_requests_are_refused_by_field(client: Client, make_store) -> None:
+    store = make_store()
+    for call, field in (
+        (lambda: client.remember(store, [user("x")], extract=True), "extract"),
+        (lambda: client.remember(store, [user("x")], min_chars=-1), "min_chars"),
+        (lambda: client.remember("", [user("x")]), "store"),
+        (lambda: client.remember(store, [{"role": "system", "content": [{"text": "x"}]}]), "messages[0].role"),
+    ):
+        with pytest.raises((InvalidArgument, ValueError)) as refused:
+            call()
+        if isinstance(refused.value, InvalidArgument):
+            assert refused.value.field_violations[0][0] == field
+    with pytest.raises(NotFound):
+        client.remember(unique("nowhere"), [user("I exist")])
+
+
+@pytest.fixture(scope="module")
+def chat() -> Iterator[FakeChat]:
+    fake = FakeChat()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(scope="module")
+def extracting(chat: FakeChat, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with serving(
+        tmp_path_factory.mktemp("extracting"), "--extractor-url", chat.base_url, "--extractor-model", "fake"
+    ) as process:
+        yield process
+
+
+def test_extraction_adds_facts_corrects_kept_ones_and_ignores_known_ones(
+    extracting: ServerProcess, chat: FakeChat
+) -> None:
+    with Client(extracting.address, timeout=30) as cf:
+        store = unique("facts")
+        cf.create_store(store)
+        scope = {"user_id": "ana"}
+        first = cf.remember(store, [user("Hi! I live in Denver. I work as a nurse.")], scope=scope, extract=True)
+        assert [(m.action, m.memory.content) for m in first.memories] == [
+            (ADDED, "I live in Denver."),
+            (ADDED, "I work as a nurse."),
+        ]
+        home = first.memories[0].memory
+
+        moved = cf.remember(store, [user("Big news! I live in Lisbon now.")], scope=scope, extract=True)
+        assert [(m.action, m.memory.id, m.memory.content) for m in moved.memories] == [
+            (UPDATED, home.id, "I live in Lisbon now.")
+        ]
+        (previous,) = cf.list_memory_versions(home.id)
+        assert previous.memory.content == "I live in Denver."
+
+        known = cf.remember(store, [user("Yes. I work as a nurse.")], scope=scope, extract=True)
+        assert list(known.memories) == [] and known.remembered_turn_count == 1
+        assert sorted(m.content for m in cf.list_memories(store)) == ["I live in Lisbon now.", "I work as a nurse."]
+
+        # The extractor saw the kept memories of this scope only, by short ids, and never injected text.
+        asked = [r["body"] for r in chat.requests]
+        assert all(body["model"] == "fake" for body in asked)
+        assert all("Prefers" not in message["content"] for body in asked for message in body["messages"])
+
+
+def test_an_extractor_that_fails_stores_nothing_and_a_retry_works(extracting: ServerProcess, chat: FakeChat) -> None:
+    with Client(extracting.address, timeout=30) as cf:
+        store = unique("failing")
+        cf.create_store(store)
+        conversation = [user("My favourite colour is green.")]
+        for mode in ("error", "garbage"):
+            chat.mode = mode
+            try:
+                with pytest.raises(Unavailable) as refused:
+                    cf.remember(store, conversation, extract=True)
+            finally:
+                chat.mode = "ok"
+            assert refused.value.reason == "EXTRACTOR_FAILED"
+            assert list(cf.list_memories(store)) == []
+        done = cf.remember(store, conversation, extract=True)
+        assert [m.memory.content for m in done.memories] == ["My favourite colour is green."]
