@@ -76,3 +76,60 @@ def test_without_the_server_its_commands_say_how_to_install_it(monkeypatch, caps
     monkeypatch.setattr(cli, "entry_points", lambda group: [])
     assert cli.main(["keys", "list"]) == 1
     assert "pip install contextfold-server" in capsys.readouterr().err
+
+
+def test_export_and_import_as_json_lines_with_a_progress_bar_on_a_terminal(server, tmp_path) -> None:
+    import os
+    import pty
+
+    store = unique("cli-export")
+    run_cli(server, "stores", "create", store)
+    for n in range(3):
+        memory = json.dumps({"topic": "trips" if n else "food"})
+        assert run_cli(server, "memory", "add", "--store", store, f"Fact {n}", "--metadata", memory).returncode == 0
+    dump = tmp_path / "memories.jsonl"
+    exported = run_cli(server, "memory", "export", "--store", store, "-o", str(dump))
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert [next(iter(line)) for line in lines] == ["store", "memory", "memory", "memory"]
+    assert len(lines[1]["memory"]["vector"]) == 384 and "\r" not in exported.stderr, "no bar off a terminal"
+
+    filtered = run_cli(server, "memory", "list", "--store", store, "--filter", '{"topic": "trips"}')
+    assert [m["content"] for m in json.loads(filtered.stdout)] == ["Fact 1", "Fact 2"]
+
+    assert run_cli(server, "stores", "delete", store, "--force").returncode == 0
+    # On a terminal, the import draws its bar on stderr.
+    primary, secondary = pty.openpty()
+    done = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "--address", server.address, "memory", "import", str(dump)],
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        text=True,
+        timeout=60,
+    )
+    os.close(secondary)
+    drawn = os.read(primary, 65536).decode()
+    os.close(primary)
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == {"created_store_count": "1", "added_count": "3"}
+    assert "[" + "#" * 30 + "] 3/3 entries imported" in drawn
+    listed = json.loads(run_cli(server, "memory", "list", "--store", store).stdout)
+    assert [m["content"] for m in listed] == ["Fact 0", "Fact 1", "Fact 2"]
+    run_cli(server, "stores", "delete", store, "--force")
+
+
+def test_update_versions_and_erase_from_the_command_line(server) -> None:
+    store = unique("cli-update")
+    run_cli(server, "stores", "create", store)
+    (added,) = json.loads(
+        run_cli(server, "memory", "add", "--store", store, "Lives in Denver", "--user-id", "u9").stdout
+    )
+    updated = run_cli(server, "memory", "update", added["id"], "--content", "Lives in Lisbon", "--etag", added["etag"])
+    assert json.loads(updated.stdout)["content"] == "Lives in Lisbon", updated.stderr
+    stale = run_cli(server, "memory", "update", added["id"], "--content", "Lives in Oslo", "--etag", added["etag"])
+    assert stale.returncode == 1 and "ABORTED" in stale.stderr
+    versions = json.loads(run_cli(server, "memory", "versions", added["id"]).stdout)
+    assert [v["memory"]["content"] for v in versions] == ["Lives in Denver"]
+    erased = run_cli(server, "memory", "erase", "--user-id", "u9")
+    assert json.loads(erased.stdout) == {"erased_count": 1}
+    run_cli(server, "stores", "delete", store, "--force")

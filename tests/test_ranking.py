@@ -441,7 +441,7 @@ def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entrie
         server = start_server(tmp_path / "server.log", "--database-url", database.url)
         with psycopg.connect(database.url, autocommit=True) as conn:
             versions = [row[0] for row in conn.execute("SELECT version FROM contextfold.migrations ORDER BY 1")]
-            assert versions[-1] == 10
+            assert versions[-1] == migrations.MIGRATIONS[-1][0]
             index = conn.execute(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = 'contextfold' AND indexname = 'memories_lexemes'"
             ).fetchone()

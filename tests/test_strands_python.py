@@ -248,3 +248,45 @@ def test_an_entry_id_is_the_one_the_typescript_store_derives() -> None:
     store = ContextfoldMemoryStore("shared-notes", target="127.0.0.1:1", scope={"user_id": "ana"})
     # client/typescript/test/strands.test.ts asserts the TypeScript store derives this same id.
     assert store.entry_id("User likes tea", {"topic": "drinks"}) == "strands-2259686f58e2d1f61f0cf695152d9310"
+
+
+def test_server_side_extraction_remembers_the_users_turns_once(server, client: Client, make_store) -> None:
+    """A store without an extractor of the agent's takes the raw conversation (`add_messages`): the
+    service's Remember keeps the user's turns, each once, and the assistant's replies not at all."""
+    from .polling import wait_for
+
+    store = make_store("turns")
+    scope = {"user_id": unique("user")}
+    memories = ContextfoldMemoryStore(
+        store, target=server.address, scope=scope, extraction={"trigger": [InvocationTrigger()]}
+    )
+    agent = Agent(
+        model=ScriptedModel(["Noted, Porto it is.", "Got it."]),
+        memory_manager=MemoryManager(stores=[memories], injection=False),
+        callback_handler=None,
+    )
+    agent("I am moving to Porto in May.")
+    agent("I will need a two-bedroom flat.")
+
+    def stored() -> list[str]:
+        return sorted(memory.content for memory in client.list_memories(store, scope=scope))
+
+    wanted = ["I am moving to Porto in May.", "I will need a two-bedroom flat."]
+    wait_for(lambda: stored() == wanted, 10, what="the turns to be remembered")
+    assert all(memory.user_id == scope["user_id"] for memory in client.list_memories(store, scope=scope))
+
+
+def test_a_store_filter_narrows_every_search(server, client: Client, make_store) -> None:
+    store = make_store("filtered-notes")
+    client.add_memories(
+        store,
+        [
+            {"content": "Standup moved to 10am", "metadata": {"team": "core"}},
+            {"content": "Standup for design is at 11am", "metadata": {"team": "design"}},
+        ],
+    )
+    core = ContextfoldMemoryStore(store, target=server.address, filter={"team": "core"})
+    import asyncio
+
+    found = asyncio.run(core.search("when is standup"))
+    assert [entry.content for entry in found] == ["Standup moved to 10am"]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Literal, TextIO
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -22,6 +23,10 @@ from ._requests import RANKINGS
 from .client import Client, default_target
 from .convert import dumps, loads
 from .errors import ContextfoldError
+from .v1 import memory_pb2
+
+# Entries per import request: well under a request's size limit at 384 dimensions.
+IMPORT_BATCH = 200
 
 
 def _print_json(value: Any) -> None:
@@ -85,17 +90,162 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
         added = cf.add_memories(args.store, [{**entry, "content": content} for content in args.content])
         _print_json([_proto_json(memory) for memory in added])
     elif args.action == "search":
-        options: dict[str, Any] = {"stores": args.store, "max_results": args.max_results, "ranking": args.ranking}
-        if args.min_score is not None:
-            options["min_score"] = args.min_score
-        results = cf.search_memories(args.query, scope=_scope(args), **options)
+        results = cf.search_memories(
+            args.query,
+            scope=_scope(args),
+            stores=args.store,
+            max_results=args.max_results,
+            ranking=args.ranking,
+            min_score=args.min_score,
+            filter=_filter(args),
+        )
         _print_json([_proto_json(result) for result in results])
     elif args.action == "list":
-        _print_json([_proto_json(memory) for memory in cf.list_memories(args.store, scope=_scope(args))])
+        listed = cf.list_memories(args.store, scope=_scope(args), filter=_filter(args))
+        _print_json([_proto_json(memory) for memory in listed])
     elif args.action == "get":
         _print_json(_proto_json(cf.get_memory(args.id)))
+    elif args.action == "update":
+        updated = cf.update_memory(
+            args.id,
+            content=args.content,
+            metadata=json.loads(args.metadata) if args.metadata else None,
+            expire_time=_expire_time(args.expire_time),
+            etag=args.etag,
+        )
+        _print_json(_proto_json(updated.memory))
+    elif args.action == "versions":
+        _print_json([_proto_json(version) for version in cf.list_memory_versions(args.id)])
+    elif args.action == "erase":
+        erased = cf.erase_memories(scope=_scope(args), filter=_filter(args), stores=args.store)
+        _print_json({"erased_count": erased})
+    elif args.action == "export":
+        _export(args, cf)
+    elif args.action == "import":
+        _import(args, cf)
     else:
         _print_json({"deleted_count": cf.delete_memories(args.ids, allow_missing=args.allow_missing)})
+
+
+def _filter(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`--filter`: a JSON object, as the Python client's `filter` reads (README: Filters)."""
+    if not args.filter:
+        return None
+    value = json.loads(args.filter)
+    if not isinstance(value, dict):
+        raise SystemExit("error: --filter takes a JSON object")
+    return _times(value)
+
+
+def _times(value: Any) -> Any:
+    """Bounds on `create_time`, `update_time` and `expire_time` given as ISO 8601 text, as datetimes."""
+    if isinstance(value, dict):
+        return {
+            key: {op: datetime.fromisoformat(v) for op, v in item.items()}
+            if key in ("create_time", "update_time", "expire_time") and isinstance(item, dict)
+            else _times(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_times(item) for item in value]
+    return value
+
+
+def _expire_time(value: str | None) -> datetime | Literal["never"] | None:
+    if value is None:
+        return None
+    return "never" if value == "never" else datetime.fromisoformat(value)
+
+
+class Progress:
+    """A progress line on stderr when it is a terminal (nothing otherwise): a bar when the total is
+    known, a count when it is not."""
+
+    def __init__(self, what: str, total: int | None, stream: Any = None) -> None:
+        self.what = what
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.shown = self.stream.isatty()
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        if not self.shown:
+            return
+        if self.total:
+            filled = min(30, 30 * self.done // self.total)
+            line = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {self.what}"
+        else:
+            line = f"{self.done} {self.what}"
+        self.stream.write("\r" + line)
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _json_line(key: str, message: Message) -> str:
+    return json.dumps({key: _proto_json(message)}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _export(args: argparse.Namespace, cf: Client) -> None:
+    """JSON Lines: one `{"store": …}` per store first, then one `{"memory": …}` per entry, vector included."""
+    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    scope, tree = _scope(args), _filter(args)
+    progress: Progress | None = None
+    with out:
+        for part in cf.export_memories(stores=args.store, scope=scope, filter=tree, timeout=args.export_timeout):
+            for store in part.stores:
+                out.write(_json_line("store", store) + "\n")
+            if progress is None:
+                # The stores' counts are the total when nothing narrows the export.
+                total = None if scope or tree else sum(store.memory_count for store in part.stores)
+                progress = Progress("entries exported", total)
+            for memory in part.memories:
+                out.write(_json_line("memory", memory) + "\n")
+            progress.advance(len(part.memories))
+    if progress is not None:
+        progress.finish()
+        print(f"exported {progress.done} entries", file=sys.stderr)
+
+
+def _import_parts(lines: Iterable[str], progress: Progress) -> Iterator[memory_pb2.ImportMemoriesRequest]:
+    part = memory_pb2.ImportMemoriesRequest()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            if "store" in item:
+                part.stores.append(json_format.ParseDict(item["store"], memory_pb2.Store()))
+            else:
+                part.memories.append(json_format.ParseDict(item["memory"], memory_pb2.Memory()))
+        except (ValueError, KeyError, TypeError, json_format.ParseError) as error:
+            raise SystemExit(f"error: line {number}: not an exported store or entry ({error})") from None
+        if len(part.memories) >= IMPORT_BATCH:
+            progress.advance(len(part.memories))
+            yield part
+            part = memory_pb2.ImportMemoriesRequest()
+    if part.stores or part.memories:
+        progress.advance(len(part.memories))
+        yield part
+
+
+def _import(args: argparse.Namespace, cf: Client) -> None:
+    lines: TextIO
+    if args.input == "-":
+        lines, total = sys.stdin, None
+    else:
+        with open(args.input, encoding="utf-8") as counted:
+            total = sum(1 for line in counted if line.startswith('{"memory"'))
+        lines = open(args.input, encoding="utf-8")  # noqa: SIM115
+    progress = Progress("entries imported", total)
+    with lines:
+        result = cf.import_memories(_import_parts(lines, progress), timeout=args.export_timeout)
+    progress.finish()
+    _print_json(_proto_json(result))
 
 
 def _providers(args: argparse.Namespace, cf: Client) -> None:
@@ -186,7 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     delete.add_argument("--force", action="store_true", help="also delete the store's entries")
 
-    memory = commands.add_parser("memory", help="add, search, list, get and delete entries")
+    memory = commands.add_parser(
+        "memory", help="add, search, list, get, update, delete, erase, export and import entries"
+    )
     memory_actions = memory.add_subparsers(dest="action", required=True)
     add = memory_actions.add_parser("add")
     add.add_argument("--store", required=True)
@@ -209,6 +361,30 @@ def build_parser() -> argparse.ArgumentParser:
     remove = memory_actions.add_parser("delete")
     remove.add_argument("ids", nargs="+")
     remove.add_argument("--allow-missing", action="store_true")
+    update = memory_actions.add_parser("update", help="change an entry's content, metadata or expiry")
+    update.add_argument("id")
+    update.add_argument("--content", help="new text (embedded again)")
+    update.add_argument("--metadata", default="", help="a JSON object replacing the entry's metadata")
+    update.add_argument("--expire-time", help="ISO 8601 time it expires, or never")
+    update.add_argument("--etag", default="", help="update only this version (from get); ABORTED if it changed")
+    memory_actions.add_parser("versions", help="the versions updates replaced, newest first").add_argument("id")
+    erase = memory_actions.add_parser("erase", help="delete every entry of a scope and/or filter, in every store")
+    erase.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
+    _add_scope_options(erase)
+    export = memory_actions.add_parser("export", help="write stores and entries (with vectors) as JSON Lines")
+    export.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
+    export.add_argument("--output", "-o", default="-", help="a file; - (the default) for stdout")
+    _add_scope_options(export)
+    load = memory_actions.add_parser("import", help="read what export wrote; entries are idempotent by id")
+    load.add_argument("input", help="a JSON Lines file from export; - for stdin")
+    for streamed in (export, load):
+        streamed.add_argument(
+            "--export-timeout", type=float, default=None, help="seconds for the whole transfer (default: none)"
+        )
+    for filtered in (search, listing, erase, export):
+        filtered.add_argument(
+            "--filter", default="", help='a JSON object: {"topic": "food", "rating": {"gte": 3}} (README: Filters)'
+        )
 
     providers = commands.add_parser("providers", help="register, list, update and delete context providers")
     provider_actions = providers.add_subparsers(dest="action", required=True)

@@ -27,7 +27,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -121,10 +121,16 @@ class ContextfoldMemoryStore:
 
     `store` names the contextfold store; `name` (default: the same) is what the
     agent's tools call it. `scope` ({"user_id", "agent_id", "session_id"}) is
-    applied to every search and to every entry added. Adds are idempotent: an
+    applied to every search and to every entry added; `filter` (as
+    `Client.search_memories` takes it) to every search. Adds are idempotent: an
     entry's id is derived from its store, scope, content and metadata (`entry_id`,
     the same in the TypeScript store), so the at-least-once writes of extraction
     do not store a fact twice.
+
+    With extraction and no extractor of the agent's, Strands hands the conversation
+    to `add_messages`: the service's Remember stores the user's turns (never
+    injected context), each once, or with `remember_extract` the facts the server's
+    extractor finds in them, correcting what is kept.
     """
 
     def __init__(
@@ -140,6 +146,9 @@ class ContextfoldMemoryStore:
         max_search_results: int | None = None,
         writable: bool = True,
         extraction: Any = None,
+        filter: Mapping[str, Any] | None = None,
+        remember_extract: bool = False,
+        conversation_id: str = "",
         timeout: float = 5.0,
     ) -> None:
         self.store = store
@@ -151,6 +160,9 @@ class ContextfoldMemoryStore:
         self._client = client or Client(target)
         self._scope = dict(scope or {})
         self._min_score = min_score
+        self._filter = dict(filter) if filter else None
+        self._remember_extract = remember_extract
+        self._conversation_id = conversation_id
         self._timeout = timeout
 
     async def search(self, query: str, options: SearchOptions | None = None) -> list[MemoryEntry]:
@@ -162,8 +174,22 @@ class ContextfoldMemoryStore:
             max_results=limit,
             scope=self._scope or None,
             min_score=self._min_score,
+            filter=self._filter,
         )
         return [_entry(result.memory, result.score) for result in results]
+
+    async def add_messages(self, messages: Sequence[Mapping[str, Any]], context: Any = None) -> int:
+        """Remember the conversation's turns (server-side extraction): how many memories were added
+        or updated. Turns remembered before are skipped, so a retried batch stores nothing twice."""
+        done = await asyncio.to_thread(
+            self._client.remember,
+            self.store,
+            list(messages),
+            scope=self._scope or None,
+            conversation_id=self._conversation_id,
+            extract=self._remember_extract,
+        )
+        return len(done.memories)
 
     async def add(self, content: str, metadata: dict[str, Any] | None = None) -> str:
         memory: dict[str, Any] = {"id": self.entry_id(content, metadata), "content": content, **self._scope}

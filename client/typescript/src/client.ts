@@ -25,6 +25,7 @@ import {
   type InjectResponse,
 } from "./gen/contextfold/v1/injection_pb.js";
 import { MemoryService, Ranking } from "./gen/contextfold/v1/memory_pb.js";
+import { filterMessage, type FilterData } from "./filter.js";
 import { ProviderService } from "./gen/contextfold/v1/provider_pb.js";
 
 export const DEFAULT_ADDRESS = "localhost:50051";
@@ -88,6 +89,8 @@ export interface InjectOptions {
    * another), `"similarity"`, `"hybrid"` or `"rerank"` (the server's reranker).
    */
   ranking?: "similarity" | "storeAware" | "hybrid" | "rerank";
+  /** Only entries matching this filter: `{ topic: "food", rating: { gte: 3 } }` (see `FilterData`). */
+  filter?: FilterData;
   /** Memory's place among the sources (higher first) and its own token budget. */
   memoryPriority?: number;
   memoryMaxTokens?: number;
@@ -148,6 +151,7 @@ export function injectRequest(messages: readonly MessageData[], options: InjectO
       format: choice(FORMATS, "format", options.format, Format.UNSPECIFIED),
       formatTemplate: options.formatTemplate ?? "",
       ranking: choice(RANKINGS, "ranking", options.ranking, Ranking.UNSPECIFIED),
+      filter: options.filter === undefined ? undefined : filterMessage(options.filter),
     },
     providers: options.providers ?? [],
     maxTokens: options.maxTokens ?? 0,

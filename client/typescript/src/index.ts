@@ -27,6 +27,7 @@ export {
   type InjectedBlockData,
   type MessageData,
 } from "./convert.js";
+export { filterMessage, type FieldTests, type FilterData } from "./filter.js";
 export { ContextfoldError, decodingErrors, type FieldViolation, type ResourceRef, type StatusName } from "./errors.js";
 export { retrySafeCalls, SAFE_TO_REPEAT } from "./retry.js";
 export { escapeXml, startProvider, type ProvideContext, type ProvideFunction, type ProviderServer } from "./provider.js";

@@ -36,9 +36,10 @@ import {
 } from "@strands-agents/sdk";
 import type { ExtractionConfig } from "@strands-agents/sdk";
 import { ContextfoldClient, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
-import type { BlockData, MessageData } from "./convert.js";
+import { toProtoMessages, type BlockData, type MessageData } from "./convert.js";
+import { filterMessage, type FilterData } from "./filter.js";
 import type { InjectionReport } from "./gen/contextfold/v1/injection_pb.js";
-import { MemorySchema } from "./gen/contextfold/v1/memory_pb.js";
+import { MemorySchema, type Filter } from "./gen/contextfold/v1/memory_pb.js";
 
 /** Where warnings go; `console` unless given. */
 export interface Warn {
@@ -136,6 +137,16 @@ export interface ContextfoldMemoryStoreOptions {
   /** Default `true`. */
   writable?: boolean;
   extraction?: boolean | ExtractionConfig;
+  /** Applied to every search: `{ topic: "food" }` (see `FilterData`). */
+  filter?: FilterData;
+  /**
+   * With extraction and no extractor of the agent's, Strands hands the conversation to `addMessages`,
+   * which the service's Remember keeps: the user's turns, each once (never injected context), or with
+   * `rememberExtract` the facts the server's extractor finds in them.
+   */
+  rememberExtract?: boolean;
+  /** Names the conversation, so that the same words in two conversations are two turns. */
+  conversationId?: string;
   /** Deadline of each call, in milliseconds (default 5000). */
   timeoutMs?: number;
 }
@@ -169,6 +180,9 @@ export class ContextfoldMemoryStore implements MemoryStore {
   private readonly client: ContextfoldClient;
   private readonly scope: ScopeData;
   private readonly minScore?: number;
+  private readonly filter?: Filter;
+  private readonly rememberExtract: boolean;
+  private readonly conversationId: string;
   private readonly timeoutMs: number;
 
   constructor(options: ContextfoldMemoryStoreOptions) {
@@ -181,6 +195,9 @@ export class ContextfoldMemoryStore implements MemoryStore {
     this.client = options.client ?? new ContextfoldClient({ address: options.address });
     this.scope = options.scope ?? {};
     this.minScore = options.minScore;
+    this.filter = options.filter === undefined ? undefined : filterMessage(options.filter);
+    this.rememberExtract = options.rememberExtract ?? false;
+    this.conversationId = options.conversationId ?? "";
     this.timeoutMs = options.timeoutMs ?? 5000;
   }
 
@@ -192,6 +209,7 @@ export class ContextfoldMemoryStore implements MemoryStore {
         maxResults: options?.maxSearchResults ?? this.maxSearchResults ?? 0,
         scope: this.scope,
         minScore: this.minScore,
+        filter: this.filter,
       },
       { timeoutMs: this.timeoutMs },
     );
@@ -217,6 +235,24 @@ export class ContextfoldMemoryStore implements MemoryStore {
       { timeoutMs: this.timeoutMs },
     );
     return response.memories[0].id;
+  }
+
+  /**
+   * Remember the conversation's turns (server-side extraction): how many memories were added or
+   * updated. Turns remembered before are skipped, so a retried batch stores nothing twice.
+   */
+  async addMessages(messages: readonly unknown[]): Promise<number> {
+    const response = await this.client.memory.remember(
+      {
+        store: this.store,
+        messages: toProtoMessages(messages as MessageData[]),
+        scope: this.scope,
+        conversationId: this.conversationId,
+        extract: this.rememberExtract,
+      },
+      { timeoutMs: this.timeoutMs },
+    );
+    return response.memories.length;
   }
 
   /** The id `add` gives this entry: the same in the Python store, so both share entries. */

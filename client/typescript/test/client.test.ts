@@ -6,6 +6,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import {
   ContextfoldClient,
   ContextfoldError,
+  filterMessage,
   fromProtoMessages,
   injectRequest,
   Ranking,
@@ -49,6 +50,51 @@ test("unary calls: entries are added, searched and injected", async () => {
     injected: { source: "memory", text: expected, entryIds: report.entries.map((entry) => entry.id) },
   });
   assert.deepEqual(renderForModel(messages)[0].content, [{ text: "Which editor theme should I pick?" }, { text: expected }]);
+});
+
+test("updates carry etags, filters narrow, and erasure counts what it deleted", async () => {
+  const store = await fixture.store("lifecycle");
+  const [added] = (
+    await cf.memory.addMemories({
+      store,
+      memories: [
+        { content: "Lives in Denver", userId: "ts-user", metadata: { kind: "home", rating: 4 } },
+        { content: "Drinks coffee", userId: "ts-user", metadata: { kind: "taste", rating: 2 } },
+      ],
+    })
+  ).memories;
+  const { memory: updated } = await cf.memory.updateMemory({
+    memory: { id: added.id, content: "Lives in Lisbon", etag: added.etag },
+    updateMask: { paths: ["content"] },
+  });
+  assert.equal(updated?.content, "Lives in Lisbon");
+  await assert.rejects(
+    cf.memory.updateMemory({ memory: { id: added.id, content: "Lives in Oslo", etag: added.etag }, updateMask: { paths: ["content"] } }),
+    (error: unknown) => error instanceof ContextfoldError && error.status === "ABORTED" && error.reason === "ETAG_MISMATCH",
+  );
+  const { versions } = await cf.memory.listMemoryVersions({ id: added.id });
+  assert.deepEqual(
+    versions.map((version) => version.memory?.content),
+    ["Lives in Denver"],
+  );
+
+  const ask = [{ role: "user" as const, content: [{ text: "Where does the user live, and what do they drink?" }] }];
+  const homes = await cf.inject(ask, { stores: [store], filter: { kind: "home", rating: { gte: 3 } } });
+  assert.deepEqual(
+    homes.report.entries.map((entry) => entry.id),
+    [added.id],
+  );
+  const listed = await cf.memory.listMemories({ store, filter: filterMessage({ any: [{ kind: "taste" }, { rating: { gt: 3 } }] }) });
+  assert.equal(listed.memories.length, 2);
+  assert.throws(() => filterMessage({ kind: ["a"] as unknown as string }), /a filter compares with/);
+  await assert.rejects(
+    cf.memory.listMemories({ store, filter: filterMessage({ "metadata.": "x" }) }),
+    (error: unknown) => error instanceof ContextfoldError && error.fieldViolations[0]?.field === "filter.field.field",
+  );
+
+  const { erasedCount } = await cf.memory.eraseMemories({ scope: { userId: "ts-user" }, stores: [store] });
+  assert.equal(erasedCount, 2n);
+  assert.equal((await cf.memory.listMemories({ store })).memories.length, 0);
 });
 
 test("the ranking is chosen per call and the report names it", async () => {

@@ -240,6 +240,36 @@ test("the memory tools and extraction use the service", async () => {
   assert.deepEqual(await stored(), ["User lives in Lisbon", "User's cat is named Miso"]);
 });
 
+test("server-side extraction remembers the user's turns once, and a store filter narrows its searches", async () => {
+  const store = await fixture.store("turns");
+  const scope = { userId: unique("user") };
+  const manager = new MemoryManager({
+    stores: [new ContextfoldMemoryStore({ store, address, scope, extraction: { trigger: [new InvocationTrigger()] } })],
+    injection: false,
+  });
+  const agent = new Agent({ model: new ScriptedModel(["Porto it is.", "Got it."]), memoryManager: manager, printer: false });
+  await agent.invoke("I am moving to Porto in May.");
+  await manager.flush();
+  await agent.invoke("I will need a two-bedroom flat.");
+  await manager.flush();
+  const remembered = (await cf.memory.listMemories({ store, scope })).memories;
+  assert.deepEqual(remembered.map((memory) => memory.content).sort(), [
+    "I am moving to Porto in May.",
+    "I will need a two-bedroom flat.",
+  ]);
+
+  await cf.memory.updateMemory({
+    memory: { id: remembered[0].id, metadata: { topic: "moving" } },
+    updateMask: { paths: ["metadata"] },
+  });
+  const moving = new ContextfoldMemoryStore({ store, address, scope, filter: { topic: "moving" } });
+  const found = await moving.search("what does the user need");
+  assert.deepEqual(
+    found.map((entry) => entry.content),
+    [remembered[0].content],
+  );
+});
+
 test("an entry added twice is stored once, under the id the Python store gives it", async () => {
   const store = await fixture.store("shared");
   const notes = new ContextfoldMemoryStore({ store, address, scope: { userId: "ana" } });

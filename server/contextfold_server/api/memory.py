@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import grpc
 from contextfold.v1 import conversation_pb2, memory_pb2, memory_pb2_grpc
@@ -431,17 +432,12 @@ def _is_set(memory: memory_pb2.Memory, name: str) -> bool:
 
 
 def _imported_store(store: memory_pb2.Store, field: str) -> StoreRecord:
+    """A store to create, as an export wrote it (its creation time is the import's)."""
     check_store_name(store.name, f"{field}.name")
     check_description(store.description, f"{field}.description")
     dimension = check_dimension(store.dimension, f"{field}.dimension")
-    return StoreRecord(
-        store.name,
-        store.description,
-        dimension,
-        store.create_time.ToDatetime(),
-        0,
-        ttl_from_proto(store, f"{field}.default_ttl"),
-    )
+    ttl = ttl_from_proto(store, f"{field}.default_ttl")
+    return StoreRecord(store.name, store.description, dimension, datetime.now(UTC), default_ttl=ttl)
 
 
 async def _numbered(

@@ -474,7 +474,7 @@ async def bypasses_row_security(conn: psycopg.AsyncConnection) -> bool:
 
 _REQUEST_GRANTS = f"""
     GRANT USAGE ON SCHEMA {SCHEMA} TO {{grantee}};
-    GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(f"{SCHEMA}.{t}" for t in _TENANT_TABLES)} TO {{grantee}};
+    GRANT SELECT, INSERT, UPDATE, DELETE ON {{tables}} TO {{grantee}};
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA} TO {{grantee}};
     -- The search functions (rare_word_matches runs as the owner: nobody else may call it).
     GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {SCHEMA} TO {{grantee}};
@@ -484,8 +484,14 @@ _REQUEST_GRANTS = f"""
 
 
 async def _grant_requests(conn: psycopg.AsyncConnection, grantee: str) -> None:
-    """What requests need (the tenants' rows, the sequences), and no more, to the role `grantee`."""
-    await conn.execute(sql.SQL(_REQUEST_GRANTS).format(grantee=sql.Identifier(grantee)))
+    """What requests need (the tenants' rows, the sequences), and no more, to the role `grantee`: on the
+    tenants' tables the schema has (all of them, once every migration has run)."""
+    cursor = await conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s AND table_name = ANY(%s)",
+        (SCHEMA, list(_TENANT_TABLES)),
+    )
+    tables = sql.SQL(", ").join(sql.Identifier(SCHEMA, name) for (name,) in await cursor.fetchall())
+    await conn.execute(sql.SQL(_REQUEST_GRANTS).format(grantee=sql.Identifier(grantee), tables=tables))
 
 
 async def _create_service_role(conn: psycopg.AsyncConnection) -> None:
