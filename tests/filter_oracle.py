@@ -37,7 +37,7 @@ def holds(node: memory_pb2.Filter, memory: dict[str, Any]) -> bool:
     if kind == "all":
         return all(holds(child, memory) for child in node.all.filters)
     if kind == "any":
-        return any(holds(child, memory) for child in getattr(node, "any").filters)
+        return any(holds(child, memory) for child in node.any.filters)
     if kind == "not":
         return not holds(getattr(node, "not"), memory)
     test = node.field
