@@ -427,3 +427,80 @@ def test_an_import_of_another_dimension_is_refused_and_imports_nothing(client: C
     with pytest.raises(FailedPrecondition):
         client.import_memories([part])
     assert list(client.list_memories(store)) == []
+
+
+def test_expiry_holds_at_the_boundary_on_every_read_path_by_a_controllable_clock(postgres: Postgres) -> None:
+    """The store reads the time from the clock it is given: at a microsecond before the expiry the
+    entry is there on every read path (a get, a list, a plain search, the per-store candidates of the
+    rankings, a filtered search, a store's count); at the expiry and after, on none."""
+    import asyncio
+    from dataclasses import replace
+
+    from contextfold_server.engine.filters import FieldTest, Test
+    from contextfold_server.engine.memory import SearchQuery
+    from contextfold_server.errors import NotFound as NotFoundError
+    from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
+    from contextfold_server.postgres.migrations import migrate
+    from contextfold_server.postgres.pool import Database
+
+    expiry = datetime(2031, 5, 4, 12, 0, 0, tzinfo=UTC)
+    tick = timedelta(microseconds=1)
+
+    async def check() -> None:
+        await migrate(postgres.url)
+        database = await Database.open(postgres.url, session_settings=SEARCH_SETTINGS)
+        clock = [expiry - timedelta(days=1)]
+        store = PostgresMemoryStore(database, clock=lambda: clock[0])
+        namespace = unique("clock")
+        try:
+            for name in ("a", "b"):
+                await store.create_store(namespace, name, "", 3)
+            await store.add_memories(
+                namespace,
+                "a",
+                [
+                    NewMemory("expires", (1.0, 0.0, 0.0), "soon", {"k": 1}, expire_time=expiry),
+                    NewMemory("stays", (0.9, 0.1, 0.0), "kept", {"k": 1}),
+                ],
+            )
+            await store.add_memories(namespace, "b", [NewMemory("other", (0.0, 1.0, 0.0), "b1", {"k": 1})])
+            query = SearchQuery("", (1.0, 0.0, 0.0), (), 10, None, frozenset())
+            filtered = FieldTest("metadata", ("k",), Test.EQUALS, 1)
+
+            async def seen() -> dict[str, bool]:
+                async def found(call) -> bool:
+                    try:
+                        return "soon" in await call()
+                    except NotFoundError:
+                        return False
+
+                return {
+                    "get": await found(lambda: _ids([store.get_memory(namespace, "soon")])),
+                    "list": await found(lambda: _ids(store.list_memories(namespace, "a", Scope(), 0, 10))),
+                    "search": await found(lambda: _ids(store.search(namespace, Scope(), query))),
+                    "candidates": await found(lambda: _ids(store.candidates(namespace, Scope(), query, 8, 40))),
+                    "filtered": await found(
+                        lambda: _ids(store.candidates(namespace, Scope(), replace(query, filter=filtered), 8, 40))
+                    ),
+                    "count": (await store.list_stores(namespace, "", 10))[0].memory_count == 2,
+                }
+
+            for at, visible in ((expiry - tick, True), (expiry, False), (expiry + tick, False)):
+                clock[0] = at
+                assert await seen() == dict.fromkeys(
+                    ("get", "list", "search", "candidates", "filtered", "count"), visible
+                ), at
+        finally:
+            await database.close()
+
+    asyncio.run(check())
+
+
+async def _ids(awaitable) -> set[str]:
+    """The ids a store call returned, whichever shape it returns them in."""
+    if isinstance(awaitable, list):
+        return {record.id for record in [await item for item in awaitable]}
+    result = await awaitable
+    if isinstance(result, tuple):
+        result = result[1]
+    return {getattr(item, "memory", item).id for item in result}

@@ -91,3 +91,18 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
     response = json.loads(done.stdout)
     assert response["messages"] == json.loads(blocks(text, "json")[0])["messages"]
     assert [entry["id"] for entry in response["report"]["entries"]] == ["ada-theme"]
+
+
+def test_keeping_memory_right_runs_as_printed_and_prints_what_the_readme_shows(server) -> None:
+    text = section("Keeping memory right")
+    example = ROOT / "examples" / "lifecycle.py"
+    assert blocks(text, "python")[0] == example.read_text()
+    run = subprocess.run(
+        [sys.executable, str(example)],
+        env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == blocks(text, "text")[0]

@@ -751,7 +751,8 @@ class PostgresMemoryStore:
         self, namespace: str, stores: Sequence[StoreRecord], memories: Sequence[ImportedMemory]
     ) -> tuple[list[str], dict[str, int]]:
         """Create the stores that do not exist (one that does must have the same dimension), and add the
-        entries, replacing one whose id exists with something else: all or nothing. The stores created
+        entries, replacing one whose id exists with something else: all or nothing. An update time equal
+        to the creation time is an entry never updated (as exports show it). The stores created
         (their indexes are requested), and how many entries were added, replaced and left unchanged."""
         created: list[str] = []
         async with self._connection(namespace) as conn:
@@ -785,7 +786,8 @@ class PostgresMemoryStore:
                     f" INSERT INTO {SCHEMA}.memories AS m (namespace, id, store, content, metadata, user_id,"
                     " agent_id, session_id, dimension, embedding, create_time, update_time, expire_time)"
                     " SELECT %s, id, store, content, metadata, user_id, agent_id, session_id,"
-                    " vector_dims(embedding), embedding, coalesce(create_time, now()), update_time, expire_time"
+                    " vector_dims(embedding), embedding, coalesce(create_time, now()), nullif(update_time, create_time),"
+                    " expire_time"
                     " FROM given ON CONFLICT (namespace, id) DO UPDATE SET store = excluded.store,"
                     " content = excluded.content, metadata = excluded.metadata, user_id = excluded.user_id,"
                     " agent_id = excluded.agent_id, session_id = excluded.session_id,"
