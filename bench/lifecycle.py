@@ -8,9 +8,10 @@ the ratios hold on any machine:
 
 - SearchMemories (supplied vector, similarity, 10 results) without a filter, and with
   filters that keep a tenth (`topic`), a tenth again in another form (`rating >= 4`
-  and `topic` in three) and a hundredth (`rare`), for 1 and 16 callers; each filtered
-  search's recall@10 against the exact nearest matching entries (computed here, in
-  numpy, from the same vectors and metadata);
+  and `topic` in three), a hundredth (`rare`) and a thousandth (`very rare`), for 1 and
+  16 callers; each filtered search's recall@10 against the exact nearest matching entries
+  (computed here, in numpy, from the same vectors and metadata); and store-aware across
+  the store and a small one beside it (500 entries), without a filter and with one;
 - UpdateMemory of metadata only, and of content (embedded again by the server), for 1
   and 16 callers; beside them AddMemories of one entry with a supplied vector, the write
   every update is compared with.
@@ -45,16 +46,22 @@ from tests.servers import Postgres, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE = "lifecycle"
+# 500 entries beside the large store, for the store-aware rows.
+SMALL_STORE = "lifecycle-small"
 TOPICS = [f"topic-{n}" for n in range(10)]
 FILTERS: dict[str, dict[str, Any]] = {
     "topic = one of ten (10 %)": {"topic": "topic-3"},
     "rating >= 4 and topic in three (12 %)": {"rating": {"gte": 4}, "topic": {"in": TOPICS[:3]}},
     "rare (1 %)": {"rare": True},
+    "very rare (0.1 %)": {"very_rare": True},
 }
 
 
 def metadata(n: int) -> dict[str, Any]:
-    return {"topic": TOPICS[n % 10], "rating": 1 + (n // 10) % 5, **({"rare": True} if n % 100 == 7 else {})}
+    marks = {"rare": True} if n % 100 == 7 else {}
+    if n % 1000 == 7:
+        marks["very_rare"] = True
+    return {"topic": TOPICS[n % 10], "rating": 1 + (n // 10) % 5, **marks}
 
 
 def matches(tree: dict[str, Any], n: int) -> bool:
@@ -93,28 +100,40 @@ async def measure(address: str, database_url: str, entries: int, calls: int) -> 
     cf = clients[0]
     await cf.create_store(STORE)
     await fill(cf, texts, vectors)
+    await cf.create_store(SMALL_STORE)
+    await cf.add_memories(
+        SMALL_STORE,
+        [{"content": texts[i], "metadata": metadata(i), "vector": vectors[i].tolist()} for i in range(500)],
+    )
     # As autovacuum would soon after a fill: the planner weighs the indexes with fresh statistics.
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute("VACUUM ANALYZE contextfold.memories")
     rows: list[Row] = []
     recalls: dict[str, float] = {}
 
-    def searching(tree: dict[str, Any] | None) -> Callable[[int], Awaitable[object]]:
+    def searching(tree: dict[str, Any] | None, ranking: str = "similarity") -> Callable[[int], Awaitable[object]]:
+        stores = [STORE] if ranking == "similarity" else [STORE, SMALL_STORE]
+
         def search(n: int) -> Awaitable[object]:
             client = clients[n % len(clients)]
             vector = queries[n % len(queries)].tolist()
             return client.search_memories(
-                query_vector=vector, stores=[STORE], max_results=10, ranking="similarity", filter=tree
+                query_vector=vector, stores=stores, max_results=10, ranking=ranking, filter=tree
             )
 
         return search
 
-    for name, tree in {"no filter": None, **FILTERS}.items():
-        await timed(searching(tree), 4, 20)
+    cases = [(name, tree, "similarity") for name, tree in {"no filter": None, **FILTERS}.items()]
+    cases += [
+        (f"{name}, store-aware beside a small store", tree, "store_aware")
+        for name, tree in (("no filter", None), ("topic = one of ten (10 %)", FILTERS["topic = one of ten (10 %)"]))
+    ]
+    for name, tree, ranking in cases:
+        await timed(searching(tree, ranking), 4, 20)
         for callers in (1, 16):
-            samples, seconds = await timed(searching(tree), callers, calls * (4 if callers > 1 else 1))
+            samples, seconds = await timed(searching(tree, ranking), callers, calls * (4 if callers > 1 else 1))
             rows.append(row(f"search, {name}", entries, callers, samples, seconds))
-        if tree is not None:
+        if tree is not None and ranking == "similarity":
             allowed = np.asarray([matches(tree, n) for n in range(entries)])
             found_share = []
             for n in range(min(calls, 100)):

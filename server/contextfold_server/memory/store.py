@@ -211,21 +211,24 @@ _KNOWN_STORES = (
 
 
 @functools.lru_cache(maxsize=128)
-def _search_query(dimension: int, where: str) -> str:
+def _search_query(dimension: int, where: str, exact: bool = False) -> str:
     """The search statement for a dimension and the entries' conditions (`_entries_where`); composed once,
-    so every search of the same shape sends the same text (prepared by psycopg, planned per values)."""
+    so every search of the same shape sends the same text (prepared by psycopg, planned per values).
+    `exact` orders by the distance itself, which the vector index does not serve: every entry that
+    matches is weighed. Its first row says how many candidates there were before `min_score`."""
     return (
         sql.SQL(
             _KNOWN_STORES + ", candidates AS MATERIALIZED ("
             # Iterative index scans may return near-ties slightly out of order;
             # the outer sort restores exact order over the few candidates.
-            " SELECT {columns}, (m.embedding::vector({dim})) <=> %(vector)s AS distance FROM {memories} m"
+            " SELECT {columns}, {distance} AS distance FROM {memories} m"
             " WHERE m.namespace = %(namespace)s AND m.dimension = {dim}"
             " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
             " AND NOT (m.id = ANY(%(exclude)s)){where}"
             " ORDER BY distance LIMIT %(limit)s"
-            ") SELECT " + _KNOWN_ONCE + ", found.*"
-            " FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
+            ") SELECT " + _KNOWN_ONCE + ","
+            " CASE WHEN row_number() OVER () = 1 THEN (SELECT count(*) FROM candidates) END AS candidate_count,"
+            " found.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
             " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
             " ORDER BY found.distance"
         )
@@ -235,20 +238,27 @@ def _search_query(dimension: int, where: str) -> str:
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
             where=sql.SQL(where),
+            distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
         )
         .as_string(None)
     )
 
 
+# The distance the dimension's vector index serves (over its own cast), and the same distance uncast, which it
+# does not: a statement ordering by the second weighs every entry its conditions leave.
+_INDEXED_DISTANCE = "((m.embedding::vector({dim})) <=> %(vector)s)::float8"
+_EXACT_DISTANCE = "(m.embedding <=> %(vector)s)::float8"
+
+
 @functools.lru_cache(maxsize=128)
-def _candidates_query(dimension: int, lexical: bool, where: str, filtered: bool) -> str:
+def _candidates_query(dimension: int, lexical: bool, where: str, filtered: bool, exact: bool = False) -> str:
     """The statement reading the candidates of rankings that judge each store's, and with `lexical` the
     entries holding the query's rare words besides, heaviest first (`rare_word_matches`): each entry with
     its distance, and its words' weight when it holds any. Without a filter (`where` holds the scope and
     expiry only), each store's nearest come from `nearest_per_store` (migration 11); with one, each store's
     `per_store` nearest that match it are read by a statement of their own, through the vector index (its
-    iterative scan skips what the filter refuses) or exactly, as its plan for the store decides.
-    Composed once per shape."""
+    iterative scan skips what the filter refuses) or exactly, as its plan for the store decides; with
+    `exact`, always exactly. Composed once per shape."""
     words = (
         ", words AS MATERIALIZED ("
         " SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
@@ -262,7 +272,7 @@ def _candidates_query(dimension: int, lexical: bool, where: str, filtered: bool)
     )
     nearest = (
         " SELECT nearest.*, NULL::float8 AS lexical FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
-        " CROSS JOIN LATERAL (SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance"
+        " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
         " FROM {memories} m WHERE m.namespace = %(namespace)s AND m.dimension = {dim} AND m.store = s.name"
         " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
         if filtered
@@ -287,10 +297,17 @@ def _candidates_query(dimension: int, lexical: bool, where: str, filtered: bool)
             dim=sql.Literal(dimension),
             rare_words=sql.Identifier(SCHEMA, "rare_word_matches"),
             where=sql.SQL(where),
+            distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
         )
         .as_string(None)
     )
 
+
+# A filtered search reads through the vector index first: the planner cannot tell how many entries a
+# filter keeps (it has no statistics inside metadata) and would often read a store whole to sort it. The
+# index's scan gives up after this many entries (a filter few entries pass), and the search is then
+# done exactly (`exact`): bounded work wasted, never a result missed.
+INDEX_FIRST = {"enable_sort": "off", "hnsw.max_scan_tuples": "5000"}
 
 # Stores of a namespace use at most this many vector dimensions: each has an index of its own, which
 # every tenant's writes keep up and which takes a while to build.
@@ -476,7 +493,12 @@ class PostgresMemoryStore:
             "max_distance": None if query.min_score is None else 1.0 - query.min_score,
             "live_at": self._clock(),
         }
-        rows = await self._database.read(namespace, _search_query(len(query.vector), where), params)
+        statement = _search_query(len(query.vector), where)
+        rows = await self._database.read(namespace, statement, params, INDEX_FIRST if query.filter else None)
+        if query.filter is not None and _once(rows, "candidate_count") < query.limit:
+            # Fewer matches than asked for: there are no more, or the vector index's scan gave up first
+            # (pgvector stops after `hnsw.max_scan_tuples`) on a filter few entries pass. Weighed exactly.
+            rows = await self._database.read(namespace, _search_query(len(query.vector), where, exact=True), params)
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         return _known(rows), results
 
@@ -502,8 +524,15 @@ class PostgresMemoryStore:
         }
         if lexical:
             params |= {"words": query.text, "lexical": lexical}
-        statement = _candidates_query(len(query.vector), bool(lexical), where, query.filter is not None)
-        rows = await self._database.read(namespace, statement, params)
+        dimension, filtered = len(query.vector), query.filter is not None
+        statement = _candidates_query(dimension, bool(lexical), where, filtered)
+        rows = await self._database.read(namespace, statement, params, INDEX_FIRST if filtered else None)
+        searched = sum(1 for stored in _known(rows).values() if stored == dimension)
+        nearest = sum(1 for row in rows if row["id"] is not None and row["lexical"] is None)
+        if filtered and nearest < per_store * searched:
+            # A store gave fewer matches than asked for: as in `search`, weighed exactly.
+            statement = _candidates_query(dimension, bool(lexical), where, filtered, exact=True)
+            rows = await self._database.read(namespace, statement, params)
         found = [
             Candidate(_memory(row), 1.0 - float(row["distance"]), row["lexical"])
             for row in rows
@@ -786,8 +815,8 @@ class PostgresMemoryStore:
                     f" INSERT INTO {SCHEMA}.memories AS m (namespace, id, store, content, metadata, user_id,"
                     " agent_id, session_id, dimension, embedding, create_time, update_time, expire_time)"
                     " SELECT %s, id, store, content, metadata, user_id, agent_id, session_id,"
-                    " vector_dims(embedding), embedding, coalesce(create_time, now()), nullif(update_time, create_time),"
-                    " expire_time"
+                    " vector_dims(embedding), embedding, coalesce(create_time, now()),"
+                    " nullif(update_time, create_time), expire_time"
                     " FROM given ON CONFLICT (namespace, id) DO UPDATE SET store = excluded.store,"
                     " content = excluded.content, metadata = excluded.metadata, user_id = excluded.user_id,"
                     " agent_id = excluded.agent_id, session_id = excluded.session_id,"
@@ -867,7 +896,13 @@ class PostgresMemoryStore:
 
 def _known(rows: list[dict[str, Any]]) -> dict[str, int]:
     """The dimension of each store a search statement found (`_KNOWN_ONCE`: on one of its rows)."""
-    return dict(next(row["known"] for row in rows if row["known"] is not None))
+    return dict(_once(rows, "known"))
+
+
+def _once(rows: list[dict[str, Any]], column: str) -> Any:
+    """A value a statement returns on one of its rows only (the first it numbered, not always the first
+    it sorted)."""
+    return next(row[column] for row in rows if row[column] is not None)
 
 
 async def _store_settings(conn: Connection, namespace: str, store: str, lock: str = "") -> tuple[int, timedelta | None]:

@@ -76,16 +76,20 @@ class Database:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
         return NamespaceConnection(self._pool, namespace, self._connection_lost)
 
-    async def read(self, namespace: str, query: Query, params: Params) -> list[dict[str, Any]]:
+    async def read(
+        self, namespace: str, query: Query, params: Params, settings: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """The rows of one read acting for `namespace`, in one round trip: the transaction's BEGIN, its
-        namespace, the query and the COMMIT go out together (pipelined), so the namespace lasts for
-        this transaction only at no more than one round trip's cost."""
+        namespace, `settings` (for this transaction only), the query and the COMMIT go out together
+        (pipelined), so the namespace lasts for this transaction only at no more than one round trip's cost."""
         try:
             async with self._pool.connection() as pooled:
                 conn = cast(Connection, pooled)
                 conn.row_factory = dict_row
                 async with conn.pipeline() as pipeline:
                     await _begin(conn, namespace)
+                    for name, value in (settings or {}).items():
+                        await conn.execute("SELECT set_config(%s, %s, true)", (name, value))
                     cursor = await conn.execute(query, params)
                     await conn.execute("COMMIT")
                     await pipeline.sync()
