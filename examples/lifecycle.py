@@ -53,9 +53,8 @@ with Client() as cf:
 
         # Move: an export imported again changes nothing (into another server, it copies).
         totals = cf.import_memories(cf.export_memories(stores=["notes"]))
-        print(
-            f"import again: {totals.added_count} added, {totals.replaced_count} replaced, {totals.unchanged_count} unchanged"
-        )
+        counts = (totals.added_count, totals.replaced_count, totals.unchanged_count)
+        print("import again: {} added, {} replaced, {} unchanged".format(*counts))
 
         # Remember a conversation: the user's turns, once each, never injected context.
         conversation = [

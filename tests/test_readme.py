@@ -21,11 +21,9 @@ def blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-def test_the_customize_section_shows_the_example_and_exactly_what_it_prints(server) -> None:
-    customize = section("Customize")
-    example = ROOT / "examples" / "customize.py"
-    assert blocks(customize, "python")[0] == example.read_text()
-
+def assert_runs_as_printed(text: str, example: Path, server) -> None:
+    """The section's first Python block is the example, and running it prints the section's first text block."""
+    assert blocks(text, "python")[0] == example.read_text()
     run = subprocess.run(
         [sys.executable, str(example)],
         env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
@@ -33,9 +31,13 @@ def test_the_customize_section_shows_the_example_and_exactly_what_it_prints(serv
         text=True,
         timeout=120,
     )
-
     assert run.returncode == 0, run.stderr
-    assert run.stdout == blocks(customize, "text")[0]
+    assert run.stdout == blocks(text, "text")[0]
+
+
+def test_the_customize_section_shows_the_example_and_exactly_what_it_prints(server) -> None:
+    customize = section("Customize")
+    assert_runs_as_printed(customize, ROOT / "examples" / "customize.py", server)
 
 
 def test_from_any_language_typescript_and_python_run_as_printed_and_print_the_same(
@@ -94,15 +96,4 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
 
 
 def test_keeping_memory_right_runs_as_printed_and_prints_what_the_readme_shows(server) -> None:
-    text = section("Keeping memory right")
-    example = ROOT / "examples" / "lifecycle.py"
-    assert blocks(text, "python")[0] == example.read_text()
-    run = subprocess.run(
-        [sys.executable, str(example)],
-        env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout == blocks(text, "text")[0]
+    assert_runs_as_printed(section("Keeping memory right"), ROOT / "examples" / "lifecycle.py", server)

@@ -125,6 +125,11 @@ _ROLES = {"user": conversation_pb2.ROLE_USER, "assistant": conversation_pb2.ROLE
 ExpireTime = datetime | Literal["never"] | None
 
 
+def _fields_of(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A method's keyword arguments, from its `locals()`, to pass on whole."""
+    return {name: value for name, value in arguments.items() if name not in ("self", "memory_id")}
+
+
 def _export_request(stores: Sequence[str], scope: ScopeLike, filter: FilterLike) -> memory_pb2.ExportMemoriesRequest:
     return memory_pb2.ExportMemoriesRequest(
         stores=list(stores), scope=_requests.scope(scope), filter=_requests.filter_message(filter)
@@ -204,11 +209,27 @@ class _calls:
     @staticmethod
     def update_memory(
         memory_id: str,
-        changes: Mapping[str, Any],
+        *,
+        content: str | None,
+        metadata: Mapping[str, Any] | None,
+        user_id: str | None,
+        agent_id: str | None,
+        session_id: str | None,
+        vector: Sequence[float] | None,
+        expire_time: ExpireTime,
         etag: str,
         store: str,
         allow_missing: bool,
     ) -> _Call[memory_pb2.UpdateMemoryResponse]:
+        changes = {
+            "content": content,
+            "metadata": metadata,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "session_id": session_id,
+            "vector": vector,
+            "expire_time": expire_time,
+        }
         given = {name: value for name, value in changes.items() if value is not None}
         mask = sorted(given)
         if given.get("expire_time") == "never":
@@ -403,16 +424,7 @@ class Client:
         A new `content` is embedded again unless `vector` comes with it. With `etag` (from the entry as
         read), `Aborted` when it changed since; with `allow_missing`, the entry is added to `store` when
         its id is free (`.created` says so)."""
-        changes = {
-            "content": content,
-            "metadata": metadata,
-            "user_id": user_id,
-            "agent_id": agent_id,
-            "session_id": session_id,
-            "vector": vector,
-            "expire_time": expire_time,
-        }
-        return self._run(_calls.update_memory(memory_id, changes, etag, store, allow_missing))
+        return self._run(_calls.update_memory(memory_id, **_fields_of(locals())))
 
     def list_memory_versions(self, memory_id: str) -> Iterator[memory_pb2.MemoryVersion]:
         """The versions the entry's updates replaced, newest first."""
@@ -598,16 +610,7 @@ class AsyncClient:
         store: str = "",
         allow_missing: bool = False,
     ) -> memory_pb2.UpdateMemoryResponse:
-        changes = {
-            "content": content,
-            "metadata": metadata,
-            "user_id": user_id,
-            "agent_id": agent_id,
-            "session_id": session_id,
-            "vector": vector,
-            "expire_time": expire_time,
-        }
-        return await self._run(_calls.update_memory(memory_id, changes, etag, store, allow_missing))
+        return await self._run(_calls.update_memory(memory_id, **_fields_of(locals())))
 
     def list_memory_versions(self, memory_id: str) -> AsyncIterator[memory_pb2.MemoryVersion]:
         return self._pages(lambda token: _calls.list_memory_versions(memory_id, token), "versions")

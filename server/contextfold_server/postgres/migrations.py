@@ -49,6 +49,18 @@ EXACT_SEARCH_ENTRIES = 3000
 _DDL_LOCK = 0x636F6E74  # "cont"
 
 
+def _tenant_isolation(table: str) -> str:
+    """Row-level security on a tenant's table: its rows are seen and written by the namespace the
+    connection acts for only, whoever the role (forced on the table's owner too)."""
+    return f"""
+            ALTER TABLE {SCHEMA}.{table} ENABLE ROW LEVEL SECURITY;
+            ALTER TABLE {SCHEMA}.{table} FORCE ROW LEVEL SECURITY;
+            CREATE POLICY tenant_isolation ON {SCHEMA}.{table}
+                USING (namespace = current_setting('{NAMESPACE_SETTING}', true))
+                WITH CHECK (namespace = current_setting('{NAMESPACE_SETTING}', true));
+            """
+
+
 def _nearest_per_store(expiring: bool) -> str:
     """`nearest_per_store` as migration 10 created it, or with `expiring` as migration 11 does: then it
     takes the caller's clock (`p_live_at`), returns no entry expired by then, and returns each entry's
@@ -225,16 +237,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     ),
     (
         4,
-        "".join(
-            f"""
-            ALTER TABLE {SCHEMA}.{table} ENABLE ROW LEVEL SECURITY;
-            ALTER TABLE {SCHEMA}.{table} FORCE ROW LEVEL SECURITY;
-            CREATE POLICY tenant_isolation ON {SCHEMA}.{table}
-                USING (namespace = current_setting('{NAMESPACE_SETTING}', true))
-                WITH CHECK (namespace = current_setting('{NAMESPACE_SETTING}', true));
-            """
-            for table in _FIRST_TENANT_TABLES
-        )
+        "".join(_tenant_isolation(table) for table in _FIRST_TENANT_TABLES)
         + f"""
         CREATE TABLE {SCHEMA}.api_keys (
             id          text        PRIMARY KEY,
@@ -435,16 +438,7 @@ MIGRATIONS: list[tuple[int, str]] = [
             FOREIGN KEY (namespace, store) REFERENCES {SCHEMA}.stores (namespace, name) ON DELETE CASCADE
         );
         """
-        + "".join(
-            f"""
-            ALTER TABLE {SCHEMA}.{table} ENABLE ROW LEVEL SECURITY;
-            ALTER TABLE {SCHEMA}.{table} FORCE ROW LEVEL SECURITY;
-            CREATE POLICY tenant_isolation ON {SCHEMA}.{table}
-                USING (namespace = current_setting('{NAMESPACE_SETTING}', true))
-                WITH CHECK (namespace = current_setting('{NAMESPACE_SETTING}', true));
-            """
-            for table in ("memory_versions", "remembered_turns")
-        )
+        + "".join(_tenant_isolation(table) for table in ("memory_versions", "remembered_turns"))
         + f"""
         CREATE POLICY purge_reads ON {SCHEMA}.memories FOR SELECT
             USING (current_setting('{PURGE_SETTING}', true) = 'on' AND expire_time <= now());
