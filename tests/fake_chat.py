@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .loopback_http import Answer, LoopbackHTTP, json_answer
 
 
 def facts(text: str) -> list[str]:
@@ -40,43 +40,24 @@ class FakeChat:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.mode = "ok"
-        fake = self
+        self._http = LoopbackHTTP(self._answer)
+        self.base_url = f"{self._http.origin}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                if self.path != "/v1/chat/completions":
-                    self._answer(404, {"error": "not found"})
-                    return
-                if fake.mode == "error":
-                    self._answer(500, {"error": "model crashed"})
-                    return
-                system, user = body["messages"][0]["content"], body["messages"][1]["content"]
-                if '"facts"' in system:
-                    answer: Any = {"facts": facts(user)}
-                else:
-                    asked = json.loads(user)
-                    answer = {"memory": decisions(asked["kept"], asked["new_facts"])}
-                content = "no JSON here" if fake.mode == "garbage" else json.dumps(answer)
-                self._answer(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
-
-            def _answer(self, status: int, answer: Any) -> None:
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+    def _answer(self, path: str, authorization: str | None, data: bytes) -> Answer:
+        body = json.loads(data)
+        self.requests.append({"path": path, "auth": authorization, "body": body})
+        if path != "/v1/chat/completions":
+            return json_answer(404, {"error": "not found"})
+        if self.mode == "error":
+            return json_answer(500, {"error": "model crashed"})
+        system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+        if '"facts"' in system:
+            answer: Any = {"facts": facts(user)}
+        else:
+            asked = json.loads(user)
+            answer = {"memory": decisions(asked["kept"], asked["new_facts"])}
+        content = "no JSON here" if self.mode == "garbage" else json.dumps(answer)
+        return json_answer(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()

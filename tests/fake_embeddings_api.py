@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .loopback_http import Answer, LoopbackHTTP, json_answer
 
 DIMENSION = 16
 
@@ -26,33 +26,17 @@ class FakeEmbeddingsAPI:
     def __init__(self) -> None:
         self.requests: list[dict] = []
         self.failing = False
-        api = self
+        self._http = LoopbackHTTP(self._answer)
+        self.base_url = f"{self._http.origin}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                api.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                if api.failing or self.path != "/v1/embeddings":
-                    self.send_response(503 if api.failing else 404)
-                    self.end_headers()
-                    return
-                # Reversed on purpose: clients must order by `index`.
-                data = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(body["input"])]
-                payload = json.dumps({"object": "list", "data": data[::-1], "model": body["model"]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+    def _answer(self, path: str, authorization: str | None, data: bytes) -> Answer:
+        body = json.loads(data)
+        self.requests.append({"path": path, "auth": authorization, "body": body})
+        if self.failing or path != "/v1/embeddings":
+            return 503 if self.failing else 404, "text/plain", b""
+        # Reversed on purpose: clients must order by `index`.
+        vectors = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(body["input"])]
+        return json_answer(200, {"object": "list", "data": vectors[::-1], "model": body["model"]})
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()

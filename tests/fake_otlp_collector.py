@@ -6,14 +6,14 @@ The collector is a third-party service; this fake speaks only its trace endpoint
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from .loopback_http import Answer, LoopbackHTTP
 
 
 @dataclass(frozen=True)
@@ -29,43 +29,31 @@ class ExportedSpan:
 class FakeCollector:
     def __init__(self) -> None:
         self.spans: list[ExportedSpan] = []
-        collector = self
+        self._http: LoopbackHTTP | None = None
+        self.endpoint = ""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                export = ExportTraceServiceRequest.FromString(body)
-                for resource in export.resource_spans:
-                    for scope in resource.scope_spans:
-                        for span in scope.spans:
-                            collector.spans.append(
-                                ExportedSpan(
-                                    span.name,
-                                    span.trace_id.hex(),
-                                    span.span_id.hex(),
-                                    span.parent_span_id.hex(),
-                                    span.kind,
-                                    {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes},
-                                )
-                            )
-                reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    def _answer(self, path: str, authorization: str | None, data: bytes) -> Answer:
+        export = ExportTraceServiceRequest.FromString(data)
+        for resource in export.resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    self.spans.append(
+                        ExportedSpan(
+                            span.name,
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
+                            span.kind,
+                            {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes},
+                        )
+                    )
+        return 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString()
 
     def __enter__(self) -> FakeCollector:
-        self._thread.start()
+        self._http = LoopbackHTTP(self._answer)
+        self.endpoint = self._http.origin
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        assert self._http is not None
+        self._http.close()

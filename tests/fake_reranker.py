@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .loopback_http import Answer, LoopbackHTTP, json_answer
 
 
 def overlap(query: str, text: str) -> float:
@@ -28,50 +28,31 @@ class FakeReranker:
         self.requests: list[dict[str, Any]] = []
         self.mode = "ok"
         self.delay = 1.0
-        fake = self
+        self._http = LoopbackHTTP(self._answer)
+        self.base_url = self._http.origin
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                if fake.mode == "slow":
-                    time.sleep(fake.delay)
-                if fake.mode == "error":
-                    self._answer(500, {"error": "model crashed"})
-                    return
-                if self.path == "/rerank":
-                    texts = body["texts"]
-                    answer: Any = [{"index": i, "score": overlap(body["query"], t)} for i, t in enumerate(texts)]
-                    answer.sort(key=lambda item: -item["score"])
-                elif self.path == "/v1/rerank":
-                    texts = body["documents"]
-                    results = [{"index": i, "relevance_score": overlap(body["query"], t)} for i, t in enumerate(texts)]
-                    answer = {"results": sorted(results, key=lambda item: -item["relevance_score"])}
-                else:
-                    self._answer(404, {"error": "not found"})
-                    return
-                if fake.mode == "garbage":
-                    answer = {"ranking": "best first"}
-                elif fake.mode == "out_of_range":
-                    answer = [{"index": len(texts) + 3, "score": 1.0}]
-                self._answer(200, answer)
-
-            def _answer(self, status: int, answer: Any) -> None:
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+    def _answer(self, path: str, authorization: str | None, data: bytes) -> Answer:
+        body = json.loads(data)
+        self.requests.append({"path": path, "auth": authorization, "body": body})
+        if self.mode == "slow":
+            time.sleep(self.delay)
+        if self.mode == "error":
+            return json_answer(500, {"error": "model crashed"})
+        if path == "/rerank":
+            texts = body["texts"]
+            answer: Any = [{"index": i, "score": overlap(body["query"], t)} for i, t in enumerate(texts)]
+            answer.sort(key=lambda item: -item["score"])
+        elif path == "/v1/rerank":
+            texts = body["documents"]
+            results = [{"index": i, "relevance_score": overlap(body["query"], t)} for i, t in enumerate(texts)]
+            answer = {"results": sorted(results, key=lambda item: -item["relevance_score"])}
+        else:
+            return json_answer(404, {"error": "not found"})
+        if self.mode == "garbage":
+            answer = {"ranking": "best first"}
+        elif self.mode == "out_of_range":
+            answer = [{"index": len(texts) + 3, "score": 1.0}]
+        return json_answer(200, answer)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()
