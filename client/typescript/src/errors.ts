@@ -93,13 +93,39 @@ export function decodingErrors<T extends object>(client: T): T {
     get(target, property, receiver) {
       const member = Reflect.get(target, property, receiver);
       if (typeof member !== "function") return member;
-      return async (...args: unknown[]) => {
+      return (...args: unknown[]) => {
+        let result: unknown;
         try {
-          return await member.apply(target, args);
+          result = member.apply(target, args);
         } catch (error) {
           throw ContextfoldError.fromError(error);
         }
+        // A unary or client-streaming call answers with a promise; a server-streaming one with an
+        // async iterable, whose failures come as it is read.
+        if (isPromise(result)) {
+          return result.then(undefined, (error: unknown) => {
+            throw ContextfoldError.fromError(error);
+          });
+        }
+        if (isAsyncIterable(result)) return decodingStream(result);
+        return result;
       };
     },
   });
+}
+
+function isPromise(value: unknown): value is Promise<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === "function";
+}
+
+function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
+  return typeof (value as { [Symbol.asyncIterator]?: unknown } | null)?.[Symbol.asyncIterator] === "function";
+}
+
+async function* decodingStream<T>(stream: AsyncIterable<T>): AsyncGenerator<T> {
+  try {
+    yield* stream;
+  } catch (error) {
+    throw ContextfoldError.fromError(error);
+  }
 }

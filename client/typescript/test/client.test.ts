@@ -7,6 +7,7 @@ import {
   ContextfoldClient,
   ContextfoldError,
   filterMessage,
+  type ExportMemoriesResponse,
   fromProtoMessages,
   injectRequest,
   Ranking,
@@ -95,6 +96,32 @@ test("updates carry etags, filters narrow, and erasure counts what it deleted", 
   const { erasedCount } = await cf.memory.eraseMemories({ scope: { userId: "ts-user" }, stores: [store] });
   assert.equal(erasedCount, 2n);
   assert.equal((await cf.memory.listMemories({ store })).memories.length, 0);
+});
+
+test("an export streams stores and entries, an import takes them back, and stream errors are decoded", async () => {
+  const store = await fixture.store("streams", [{ content: "Exported one" }, { content: "Exported two" }]);
+  const parts: ExportMemoriesResponse[] = [];
+  for await (const part of cf.memory.exportMemories({ stores: [store] })) parts.push(part);
+  assert.deepEqual(
+    parts[0].stores.map((s) => s.name),
+    [store],
+  );
+  const memories = parts.flatMap((part) => part.memories);
+  assert.deepEqual(memories.map((memory) => memory.content).sort(), ["Exported one", "Exported two"]);
+  assert.equal(memories[0].vector.length, 384);
+
+  async function* again() {
+    for (const part of parts) yield { stores: part.stores, memories: part.memories };
+  }
+  const totals = await cf.memory.importMemories(again());
+  assert.equal(totals.unchangedCount, 2n);
+
+  await assert.rejects(
+    (async () => {
+      for await (const part of cf.memory.exportMemories({ stores: [unique("missing")] })) void part;
+    })(),
+    (error: unknown) => error instanceof ContextfoldError && error.status === "NOT_FOUND",
+  );
 });
 
 test("the ranking is chosen per call and the report names it", async () => {
