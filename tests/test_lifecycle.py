@@ -504,3 +504,68 @@ async def _ids(awaitable) -> set[str]:
     if isinstance(result, tuple):
         result = result[1]
     return {getattr(item, "memory", item).id for item in result}
+
+
+def test_a_filtered_search_that_finds_too_few_through_the_vector_index_reads_exactly(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter four entries in 300 pass: the walk through the vector index finds fewer than asked for
+    (all there are, or fewer: pgvector's walk stops early on rare filters), the exact read follows,
+    and the search returns every matching entry, nearest first, for similarity and for the per-store
+    candidates of the rankings."""
+    import asyncio
+
+    from contextfold_server.engine.filters import FieldTest, Test
+    from contextfold_server.engine.memory import SearchQuery
+    from contextfold_server.memory import store as store_module
+    from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
+    from contextfold_server.postgres.migrations import migrate
+    from contextfold_server.postgres.pool import Database
+    from contextfold_server.postgres.vector_index import VectorIndexes
+
+    exact_reads: list[bool] = []
+    for name in ("_search_query", "_candidates_query"):
+        composed = getattr(store_module, name)
+
+        def spy(*args, composed=composed, **kwargs):
+            exact_reads.append(kwargs.get("exact", False))
+            return composed(*args, **kwargs)
+
+        monkeypatch.setattr(store_module, name, spy)
+    rng = np.random.default_rng(4)
+    vectors = rng.normal(size=(300, 8))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    seventh = [n % 97 == 0 for n in range(300)]
+
+    async def check() -> None:
+        await migrate(postgres.url)
+        indexes = VectorIndexes(postgres.url)
+        database = await Database.open(postgres.url, session_settings=SEARCH_SETTINGS)
+        store = PostgresMemoryStore(database)
+        namespace = unique("fallback")
+        try:
+            for name in ("a", "b"):
+                await store.create_store(namespace, name, "", 8)
+            await indexes.built(8)
+            entries = [NewMemory(f"e{n}", tuple(vectors[n]), f"e{n}", {"seventh": seventh[n]}) for n in range(300)]
+            await store.add_memories(namespace, "a", entries[:200])
+            await store.add_memories(namespace, "b", entries[200:])
+            tree = FieldTest("metadata", ("seventh",), Test.EQUALS, True)
+            for probe in range(5):
+                target = vectors[probe * 11]
+                query = SearchQuery("", tuple(target), (), 5, None, frozenset(), filter=tree)
+                matching = sorted((n for n in range(300) if seventh[n]), key=lambda n: -float(vectors[n] @ target))
+                exact_reads.clear()
+                _, found = await store.search(namespace, Scope(), query)
+                assert [r.memory.id for r in found] == [f"e{n}" for n in matching]
+                assert exact_reads == [False, True], "fewer than asked for: the exact read followed"
+                exact_reads.clear()
+                _, candidates = await store.candidates(namespace, Scope(), query, 8, 40)
+                assert exact_reads == [False, True]
+                per_store = [n for n in matching if n < 200][:8] + [n for n in matching if n >= 200][:8]
+                assert {c.memory.id for c in candidates} == {f"e{n}" for n in per_store}
+        finally:
+            await database.close()
+            await indexes.close()
+
+    asyncio.run(check())
