@@ -373,3 +373,21 @@ def test_updates_versions_and_exports_stay_in_their_namespace_and_scope(
     with pytest.raises(PermissionDenied) as import_denied:
         as_tenant(tenants.acme_agent).import_memories([])
     assert import_denied.value.details[0].reason == "ADMIN_ROLE_REQUIRED"
+
+
+def test_a_filter_finds_its_own_tenants_entries_only(server: ServerProcess, tenants: Tenants, as_tenant) -> None:
+    """A filter few entries pass is read exactly, through the metadata index's holders (run as the
+    schema's owner): they are the caller's namespace's only, whatever another tenant's metadata says."""
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    store = unique("filtered")
+    for tenant in (acme, globex):
+        tenant.create_store(store)
+    acme.add_memories(store, [{"content": f"Acme secret {n}", "metadata": {"project": "falcon"}} for n in range(3)])
+    (own,) = globex.add_memories(store, [{"content": "Globex falcon notes", "metadata": {"project": "falcon"}}])
+    for ranking in ("similarity", "store_aware"):
+        found = globex.search_memories(
+            "falcon", stores=[store], filter={"project": "falcon"}, max_results=10, ranking=ranking
+        )
+        assert [result.memory.id for result in found] == [own.id], ranking
+    assert [m.id for m in globex.list_memories(store, filter={"project": {"in": ["falcon", "eagle"]}})] == [own.id]
+    assert len(acme.search_memories("falcon", stores=[store], filter={"project": "falcon"}, max_results=10)) == 3

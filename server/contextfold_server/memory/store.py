@@ -23,7 +23,7 @@ from ..engine.memory import SearchQuery
 from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from ..postgres.migrations import PURGE_SETTING, SCHEMA
 from ..postgres.pool import Connection, Database, NamespaceConnection
-from .filters import compile_filter
+from .filters import anchor, compile_filter
 
 
 @dataclass(frozen=True)
@@ -498,7 +498,8 @@ class PostgresMemoryStore:
         if query.filter is not None and _once(rows, "candidate_count") < query.limit:
             # Fewer matches than asked for: there are no more, or the vector index's scan gave up first
             # (pgvector stops after `hnsw.max_scan_tuples`) on a filter few entries pass. Weighed exactly.
-            rows = await self._database.read(namespace, _search_query(len(query.vector), where, exact=True), params)
+            exact = _search_query(len(query.vector), where + _anchored(query.filter, params), exact=True)
+            rows = await self._database.read(namespace, exact, params)
         results = [ScoredRecord(_memory(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         return _known(rows), results
 
@@ -531,7 +532,8 @@ class PostgresMemoryStore:
         nearest = sum(1 for row in rows if row["id"] is not None and row["lexical"] is None)
         if filtered and nearest < per_store * searched:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
-            statement = _candidates_query(dimension, bool(lexical), where, filtered, exact=True)
+            anchored = where + _anchored(query.filter, params)
+            statement = _candidates_query(dimension, bool(lexical), anchored, filtered, exact=True)
             rows = await self._database.read(namespace, statement, params)
         found = [
             Candidate(_memory(row), 1.0 - float(row["distance"]), row["lexical"])
@@ -897,6 +899,16 @@ class PostgresMemoryStore:
 def _known(rows: list[dict[str, Any]]) -> dict[str, int]:
     """The dimension of each store a search statement found (`_KNOWN_ONCE`: on one of its rows)."""
     return dict(_once(rows, "known"))
+
+
+def _anchored(tree: Filter | None, params: dict[str, Any]) -> str:
+    """` AND m.id IN (the holders of the filter's anchor)` (`filters.anchor`), its documents added to
+    `params`; empty when the filter has no anchor."""
+    documents = anchor(tree)
+    if documents is None:
+        return ""
+    params["anchor"] = documents
+    return f" AND m.id IN (SELECT {SCHEMA}.metadata_holders(%(anchor)s::jsonb[]))"
 
 
 def _once(rows: list[dict[str, Any]], column: str) -> Any:
