@@ -89,6 +89,12 @@ def test_bad_remember_requests_are_refused_by_field(client: Client, make_store) 
             assert refused.value.field_violations[0][0] == field
     with pytest.raises(NotFound):
         client.remember(unique("nowhere"), [user("I exist")])
+    # Each turn is embedded: one call remembers what one AddMemories adds at most, and a longer one
+    # stores nothing.
+    with pytest.raises(InvalidArgument) as too_many:
+        client.remember(store, [user(f"Fact number {n} about the user") for n in range(1001)])
+    assert too_many.value.field_violations[0][0] == "messages"
+    assert list(client.list_memories(store)) == []
 
 
 @pytest.fixture(scope="module")

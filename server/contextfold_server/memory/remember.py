@@ -28,6 +28,8 @@ from .store import MemoryChange, MemoryRecord, NewMemory, PostgresMemoryStore, S
 
 logger = logging.getLogger(__name__)
 
+# The most turns one call remembers (each is embedded): what one AddMemories adds at most.
+MAX_NEW_TURNS = 1000
 # How many kept entries near each fact the extractor is shown, and how near they must be.
 KEPT_PER_FACT = 3
 KEPT_MIN_SCORE = 0.4
@@ -77,6 +79,12 @@ class Rememberer:
             )
         done = await self._store.remembered(namespace, store, [turn.key for turn in turns])
         new = [turn for turn in turns if turn.key not in done]
+        if len(new) > MAX_NEW_TURNS:
+            raise InvalidArgument.of(
+                "messages",
+                f"holds {len(new)} turns not remembered yet; a call remembers at most {MAX_NEW_TURNS}:"
+                " send the conversation in parts, oldest first",
+            )
         outcome = Remembered(new_turns=len(new), skipped_turns=len(turns) - len(new))
         if not new:
             return outcome

@@ -218,7 +218,8 @@ class MemoryServiceServicer:
         """Stores what a conversation says that should be remembered: the text of
         its user turns (or the roles asked for), or the facts the server's
         extractor finds in them. Injected blocks are never stored. Each turn is
-        remembered once: sending the conversation again adds nothing.
+        remembered once: sending the conversation again adds nothing. At most
+        1,000 turns not remembered yet in one call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

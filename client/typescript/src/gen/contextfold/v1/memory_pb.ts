@@ -1681,7 +1681,8 @@ export const MemoryService: GenService<{
    * Stores what a conversation says that should be remembered: the text of
    * its user turns (or the roles asked for), or the facts the server's
    * extractor finds in them. Injected blocks are never stored. Each turn is
-   * remembered once: sending the conversation again adds nothing.
+   * remembered once: sending the conversation again adds nothing. At most
+   * 1,000 turns not remembered yet in one call.
    *
    * @generated from rpc contextfold.v1.MemoryService.Remember
    */
