@@ -95,7 +95,7 @@ class Rememberer:
                 NewMemory(turn.text, vector, f"turn-{turn.key}", metadata, scope)
                 for turn, vector in zip(new, vectors, strict=True)
             ]
-            _, added = await self._store.remember_turns(namespace, store, scope, keys, memories)
+            added = await self._store.remember_turns(namespace, store, scope, keys, memories)
             outcome.memories = [("added", record) for record in added]
             return outcome
         adds, updates = await self._extract(namespace, store, scope, new)
@@ -107,7 +107,7 @@ class Rememberer:
             )
             for text, vector in zip(adds, vectors[: len(adds)], strict=True)
         ]
-        _, added = await self._store.remember_turns(namespace, store, scope, keys, memories)
+        added = await self._store.remember_turns(namespace, store, scope, keys, memories)
         outcome.memories = [("added", record) for record in added]
         for (kept, text), vector in zip(updates, vectors[len(adds) :], strict=True):
             change = MemoryChange(frozenset({"content", "vector"}), content=text, vector=vector)

@@ -426,55 +426,8 @@ class PostgresMemoryStore:
 
     async def add_memories(self, namespace: str, store: str, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         """Add a batch, all or nothing. An id that already holds the same entry is returned as stored."""
-        rows = [
-            (
-                namespace,
-                memory.id or str(uuid.uuid4()),
-                store,
-                memory.content,
-                Jsonb(memory.metadata),
-                memory.scope.user_id,
-                memory.scope.agent_id,
-                memory.scope.session_id,
-                len(memory.vector),
-                np.asarray(memory.vector, dtype=np.float32),
-                memory.expire_time,
-            )
-            for memory in memories
-        ]
         async with self._connection(namespace) as conn:
-            # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
-            dimension, ttl = await _store_settings(conn, namespace, store, lock="FOR SHARE")
-            for index, memory in enumerate(memories):
-                _check_dimension(memory.vector, dimension, store, f"memories[{index}].vector")
-            async with conn.cursor() as insert:
-                await insert.executemany(
-                    f"INSERT INTO {SCHEMA}.memories (namespace, id, store, content, metadata, user_id, agent_id,"
-                    " session_id, dimension, embedding, expire_time)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, coalesce(%s, now() + %s))"
-                    " ON CONFLICT (namespace, id) DO NOTHING",
-                    [(*row, ttl) for row in rows],
-                )
-            ids = [row[1] for row in rows]
-            cursor = await conn.execute(
-                f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s)",
-                (namespace, ids),
-            )
-            stored = {row["id"]: _memory(row) for row in await cursor.fetchall()}
-            for index, (memory, row_id) in enumerate(zip(memories, ids, strict=True)):
-                existing = stored[row_id]
-                if (existing.store, existing.content, existing.metadata, existing.scope) != (
-                    store,
-                    memory.content,
-                    memory.metadata,
-                    memory.scope,
-                ):
-                    raise AlreadyExists(
-                        "memory",
-                        row_id,
-                        f"memories[{index}].id: memory {row_id!r} already exists with different contents",
-                    )
-            return [stored[row_id] for row_id in ids]
+            return await _add_memories(conn, namespace, store, memories)
 
     async def search(
         self, namespace: str, scope: Scope, query: SearchQuery
@@ -869,9 +822,10 @@ class PostgresMemoryStore:
 
     async def remember_turns(
         self, namespace: str, store: str, scope: Scope, turns: Sequence[str], memories: Sequence[NewMemory]
-    ) -> tuple[list[str], list[MemoryRecord]]:
-        """Note the turns (their hashes) as remembered and add `memories`, in one transaction; ABORTED when
-        another call noted one of them first (its memories are that call's). The turns noted."""
+    ) -> list[MemoryRecord]:
+        """Note the turns (their hashes) as remembered and add `memories`, in one transaction, so neither
+        stands without the other; ABORTED when another call noted one of them first (its memories are that
+        call's). The entries added."""
         async with self._connection(namespace) as conn:
             await _store_settings(conn, namespace, store, lock="FOR SHARE")
             cursor = await conn.execute(
@@ -880,11 +834,9 @@ class PostgresMemoryStore:
                 " ON CONFLICT DO NOTHING RETURNING turn",
                 (namespace, store, scope.user_id, scope.agent_id, scope.session_id, list(turns)),
             )
-            noted = [row["turn"] for row in await cursor.fetchall()]
-            if len(noted) != len(turns):
+            if len(await cursor.fetchall()) != len(turns):
                 raise Aborted("CONCURRENT_REMEMBER", "another call is remembering these turns: retry to skip them")
-        records = await self.add_memories(namespace, store, memories) if memories else []
-        return noted, records
+            return await _add_memories(conn, namespace, store, memories) if memories else []
 
     async def remembered(self, namespace: str, store: str, turns: Sequence[str]) -> set[str]:
         """Which of `turns` (hashes) Remember has noted in `store`."""
@@ -894,6 +846,60 @@ class PostgresMemoryStore:
             (namespace, store, list(turns)),
         )
         return {row["turn"] for row in rows}
+
+
+async def _add_memories(
+    conn: Connection, namespace: str, store: str, memories: Sequence[NewMemory]
+) -> list[MemoryRecord]:
+    """`PostgresMemoryStore.add_memories` on `conn`, in its transaction."""
+    rows = [
+        (
+            namespace,
+            memory.id or str(uuid.uuid4()),
+            store,
+            memory.content,
+            Jsonb(memory.metadata),
+            memory.scope.user_id,
+            memory.scope.agent_id,
+            memory.scope.session_id,
+            len(memory.vector),
+            np.asarray(memory.vector, dtype=np.float32),
+            memory.expire_time,
+        )
+        for memory in memories
+    ]
+    # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
+    dimension, ttl = await _store_settings(conn, namespace, store, lock="FOR SHARE")
+    for index, memory in enumerate(memories):
+        _check_dimension(memory.vector, dimension, store, f"memories[{index}].vector")
+    async with conn.cursor() as insert:
+        await insert.executemany(
+            f"INSERT INTO {SCHEMA}.memories (namespace, id, store, content, metadata, user_id, agent_id,"
+            " session_id, dimension, embedding, expire_time)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, coalesce(%s, now() + %s))"
+            " ON CONFLICT (namespace, id) DO NOTHING",
+            [(*row, ttl) for row in rows],
+        )
+    ids = [row[1] for row in rows]
+    cursor = await conn.execute(
+        f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s)",
+        (namespace, ids),
+    )
+    stored = {row["id"]: _memory(row) for row in await cursor.fetchall()}
+    for index, (memory, row_id) in enumerate(zip(memories, ids, strict=True)):
+        existing = stored[row_id]
+        if (existing.store, existing.content, existing.metadata, existing.scope) != (
+            store,
+            memory.content,
+            memory.metadata,
+            memory.scope,
+        ):
+            raise AlreadyExists(
+                "memory",
+                row_id,
+                f"memories[{index}].id: memory {row_id!r} already exists with different contents",
+            )
+    return [stored[row_id] for row_id in ids]
 
 
 def _known(rows: list[dict[str, Any]]) -> dict[str, int]:
