@@ -64,6 +64,7 @@ DEFAULT_PROVIDER_TIMEOUT_MS = 1000
 T = TypeVar("T")
 
 _ROLES = {conversation_pb2.ROLE_USER: Role.USER, conversation_pb2.ROLE_ASSISTANT: Role.ASSISTANT}
+_ROLE_EXPECTED = "must be ROLE_USER or ROLE_ASSISTANT"
 _TRIGGERS = {
     injection_pb2.TRIGGER_UNSPECIFIED: Trigger.USER_TURN,
     injection_pb2.TRIGGER_USER_TURN: Trigger.USER_TURN,
@@ -90,7 +91,7 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
     for index, message in enumerate(messages):
         role = _ROLES.get(message.role)
         if role is None:
-            violations.append(FieldViolation(f"messages[{index}].role", "must be ROLE_USER or ROLE_ASSISTANT"))
+            violations.append(FieldViolation(f"messages[{index}].role", _ROLE_EXPECTED))
             continue
         texts: list[str] = []
         injected: list[InjectedRef] = []
@@ -123,6 +124,16 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
     if violations:
         raise InvalidArgument(*violations)
     return turns
+
+
+def roles_from_proto(values: Sequence[int], field: str) -> set[Role]:
+    """The roles named at `field` (a repeated Role), each a user's or an assistant's."""
+    roles = set()
+    for index, value in enumerate(values):
+        if value not in _ROLES:
+            raise InvalidArgument.of(f"{field}[{index}]", _ROLE_EXPECTED)
+        roles.add(_ROLES[value])
+    return roles
 
 
 def _enum_value(table: Mapping[int, T], value: int, field: str, what: str) -> T:

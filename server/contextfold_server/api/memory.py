@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import grpc
-from contextfold.v1 import conversation_pb2, memory_pb2, memory_pb2_grpc
+from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
 from ..embedding import Embedder
 from ..engine.conversation import Role
@@ -48,6 +48,7 @@ from .convert import (
     new_memories_from_proto,
     ranking_from_proto,
     ranking_to_proto,
+    roles_from_proto,
     scope_from_proto,
     store_to_proto,
     struct_to_dict,
@@ -393,11 +394,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self._rememberer.check_extract(request.extract, "extract")
         turns = turns_from_messages(request.messages)
         scope = confined(scope_from_proto(request.scope, "scope"), "scope")
-        roles = set()
-        for index, role in enumerate(request.roles):
-            if role not in _ROLES:
-                raise InvalidArgument.of(f"roles[{index}]", "must be ROLE_USER or ROLE_ASSISTANT")
-            roles.add(_ROLES[role])
+        roles = roles_from_proto(request.roles, "roles")
         if request.min_chars < 0:
             raise InvalidArgument.of("min_chars", f"must not be negative, got {request.min_chars}")
         check_text(request.conversation_id, "conversation_id", 256, multiline=False)
@@ -419,9 +416,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             remembered_turn_count=done.new_turns,
             skipped_turn_count=done.skipped_turns,
         )
-
-
-_ROLES = {conversation_pb2.ROLE_USER: Role.USER, conversation_pb2.ROLE_ASSISTANT: Role.ASSISTANT}
 
 
 def _is_set(memory: memory_pb2.Memory, name: str) -> bool:
