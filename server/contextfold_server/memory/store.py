@@ -655,17 +655,18 @@ class PostgresMemoryStore:
     ) -> list[MemoryVersion]:
         """The versions of a live entry within `scope` that updates replaced, newest first, older than
         `before` (0: from the newest). NOT_FOUND when the entry is not there."""
-        await self.get_memory(namespace, memory_id, scope)
+        current = await self.get_memory(namespace, memory_id, scope)
         rows = await self._database.read(
             namespace,
-            f"SELECT id, seq, version, {_VERSIONED}, replace_time, replaced_by"
-            f" FROM {SCHEMA}.memory_versions v CROSS JOIN (SELECT seq FROM {SCHEMA}.memories"
-            "  WHERE namespace = %(namespace)s AND id = %(id)s) AS m"
-            " WHERE v.namespace = %(namespace)s AND v.id = %(id)s AND (%(before)s = 0 OR v.version < %(before)s)"
-            " ORDER BY v.version DESC LIMIT %(limit)s",
+            f"SELECT id, version, {_VERSIONED}, replace_time, replaced_by FROM {SCHEMA}.memory_versions"
+            " WHERE namespace = %(namespace)s AND id = %(id)s AND (%(before)s = 0 OR version < %(before)s)"
+            " ORDER BY version DESC LIMIT %(limit)s",
             {"namespace": namespace, "id": memory_id, "before": before, "limit": limit},
         )
-        return [MemoryVersion(row["version"], _memory(row), row["replace_time"], row["replaced_by"]) for row in rows]
+        return [
+            MemoryVersion(row["version"], _memory({**row, "seq": current.seq}), row["replace_time"], row["replaced_by"])
+            for row in rows
+        ]
 
     async def erase(
         self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None, batch: int = 1000
@@ -697,12 +698,12 @@ class PostgresMemoryStore:
             if deleted < batch:
                 break
         if tree is None and scope.fields():
-            turns, turn_params = _entries_where(scope, None, live=False)
+            # Without a filter, `where` is the scope alone: the ledger's rows have its columns too.
             async with self._connection(namespace) as conn:
                 await conn.execute(
                     f"DELETE FROM {SCHEMA}.remembered_turns m WHERE m.namespace = %(namespace)s"
-                    f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){turns}",
-                    {"namespace": namespace, "stores": list(stores), **turn_params},
+                    f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){where}",
+                    params,
                 )
         return erased
 
