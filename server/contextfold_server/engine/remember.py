@@ -24,9 +24,8 @@ _MEMORY_REGION = re.compile(r"\A\s*<memory>.*</memory>\s*\Z", re.DOTALL)
 
 @dataclass(frozen=True)
 class SpokenTurn:
-    """A turn to remember: its position in the conversation, role and text, and its key."""
+    """A turn to remember: its role and text, and its key."""
 
-    index: int
     role: Role
     text: str
     # The same for the same words in the same conversation and scope: a turn is remembered once.
@@ -41,7 +40,7 @@ def spoken_turns(
     repeated word for word is one turn."""
     injected = {ref.text for turn in turns for ref in turn.injected if ref.text}
     spoken: dict[str, SpokenTurn] = {}
-    for index, turn in enumerate(turns):
+    for turn in turns:
         if turn.role not in roles:
             continue
         own = [text for text in turn.texts if text not in injected and not _MEMORY_REGION.match(text)]
@@ -50,5 +49,5 @@ def spoken_turns(
             continue
         key = json.dumps([*identity, turn.role.value, text], ensure_ascii=False, separators=(",", ":"))
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-        spoken.setdefault(digest, SpokenTurn(index, turn.role, text, digest))
+        spoken.setdefault(digest, SpokenTurn(turn.role, text, digest))
     return list(spoken.values())

@@ -99,7 +99,7 @@ class Rememberer:
             outcome.memories = [("added", record) for record in added]
             return outcome
         adds, updates = await self._extract(namespace, store, scope, new)
-        vectors = await self._embedder.embed([text for text in adds] + [text for _, text in updates])
+        vectors = await self._embedder.embed([*adds, *(text for _, text in updates)])
         digest = hashlib.sha256("".join(keys).encode()).hexdigest()
         memories = [
             NewMemory(

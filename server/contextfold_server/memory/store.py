@@ -195,9 +195,9 @@ def _entries_where(scope: Scope, tree: Filter | None, live: bool = True) -> tupl
     return _scope_filter(scoped).as_string(None) + (_LIVE if live else "") + condition, {**scoped, **params}
 
 
-# The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
 _STORE_COLUMNS = "name, description, dimension, create_time, default_ttl"
 _M_COLUMNS = sql.SQL(", ").join(sql.Identifier("m", column) for column in _MEMORY_COLUMNS.split(", "))
+# The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
 _KNOWN_ONCE = (
     "CASE WHEN row_number() OVER () = 1"
     " THEN (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) END AS known"
