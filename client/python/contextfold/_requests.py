@@ -128,11 +128,12 @@ def new_memory(value: MemoryLike) -> memory_pb2.Memory:
         return memory_pb2.Memory(content=value)
     fields = dict(value)
     metadata = struct(fields.pop("metadata", None))
-    times = {name: timestamp(fields.pop(name)) for name in _TIMES if fields.get(name) is not None}
+    times = {name: timestamp(fields.pop(name)) for name in TIME_FIELDS if fields.get(name) is not None}
     return memory_pb2.Memory(metadata=metadata, **fields, **times)
 
 
-_TIMES = ("create_time", "update_time", "expire_time")
+# An entry's times: given as datetimes, and named in filters as entry fields, not metadata.
+TIME_FIELDS = ("create_time", "update_time", "expire_time")
 
 
 def timestamp(value: datetime | timestamp_pb2.Timestamp) -> timestamp_pb2.Timestamp:
@@ -144,9 +145,7 @@ def timestamp(value: datetime | timestamp_pb2.Timestamp) -> timestamp_pb2.Timest
     return converted
 
 
-_COMBINATIONS = ("all", "any", "not")
 _TESTS = ("eq", "in", "contains", "gt", "gte", "lt", "lte", "exists")
-_FIELDS = ("create_time", "update_time", "expire_time")
 
 
 def filter_message(value: FilterLike) -> memory_pb2.Filter | None:
@@ -180,7 +179,7 @@ def _filter_part(key: str, value: Any) -> memory_pb2.Filter:
         return memory_pb2.Filter(**{key: memory_pb2.FilterList(filters=filters)})
     if key == "not":
         return memory_pb2.Filter(**{"not": _filter_required(value)})
-    field = key if key in _FIELDS or key.startswith("metadata.") else f"metadata.{key}"
+    field = key if key in TIME_FIELDS or key.startswith("metadata.") else f"metadata.{key}"
     tests = value if isinstance(value, Mapping) and value and all(k in _TESTS for k in value) else {"eq": value}
     conditions: list[memory_pb2.Filter] = []
     bounds = {name: tests[name] for name in ("gt", "gte", "lt", "lte") if name in tests}

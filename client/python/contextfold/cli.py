@@ -19,7 +19,7 @@ from typing import Any, Literal, TextIO
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from ._requests import RANKINGS
+from ._requests import RANKINGS, TIME_FIELDS
 from .client import Client, default_target
 from .convert import dumps, loads
 from .errors import ContextfoldError
@@ -142,7 +142,7 @@ def _times(value: Any) -> Any:
     if isinstance(value, dict):
         return {
             key: {op: datetime.fromisoformat(v) for op, v in item.items()}
-            if key in ("create_time", "update_time", "expire_time") and isinstance(item, dict)
+            if key in TIME_FIELDS and isinstance(item, dict)
             else _times(item)
             for key, item in value.items()
         }
