@@ -10,6 +10,12 @@ DEV_READY := $(VENV)/.dev-installed
 BENCH_READY := $(VENV)/.bench-installed
 TS := client/typescript
 TS_READY := $(TS)/node_modules/.installed
+GO_READY := $(VENV)/.go-installed
+# The Go client's toolchain, generators and libraries, from Debian's archive (tests run offline
+# in GOPATH mode; without the protobuf 1.5 package, gRPC-Go 1.33 picks a runtime too old for the
+# generated code).
+GO_PACKAGES := golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
+	golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
 
 .PHONY: install run test proto proto-baseline lint format bench bench-quick bench-soak clean
 
@@ -36,15 +42,26 @@ $(TS_READY): $(TS)/package.json $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(DEV_READY) $(TS_READY)
+# Installed with apt-get when missing (as root; otherwise the command to run is printed).
+$(GO_READY): $(BIN)/python
+	@if ! dpkg -s $(GO_PACKAGES) >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ]; then echo "the Go client needs: sudo apt-get install $(GO_PACKAGES)" >&2; exit 1; fi; \
+		echo "installing the Go client's Debian packages"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q $(GO_PACKAGES) >/dev/null || \
+			{ apt-get update -q >/dev/null && apt-get install -y -q $(GO_PACKAGES) >/dev/null; }; \
+	fi
+	touch $@
+
+install: $(DEV_READY) $(TS_READY) $(GO_READY)
 
 ## run: start the server on localhost:50051 (embedded Postgres, local model), open: no API keys
 ## (--auth none; ARGS="--auth keys" to require them). ARGS="--port 6000" to change the port.
 run: $(SERVER_READY)
 	$(BIN)/contextfold serve --auth none $(ARGS)
 
-## test: the whole suite against real servers, Postgres and the model (TypeScript's tests included).
-test: $(DEV_READY) $(TS_READY)
+## test: the whole suite against real servers, Postgres and the model (TypeScript's and Go's tests included).
+test: $(DEV_READY) $(TS_READY) $(GO_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: Inject against its floor and mem0 at 10,000 and 100,000 entries; health beside heavy requests;
@@ -67,22 +84,23 @@ bench-soak: $(DEV_READY)
 	$(BIN)/python -m bench.inject --sizes 10000 --calls 100 --embedded 200 --soak $(or $(SOAK_SECONDS),600) \
 		--json bench/results/inject-soak.json
 
-## proto: regenerate the checked-in Python and TypeScript stubs from protos/.
-proto: $(DEV_READY) $(TS_READY)
+## proto: regenerate the checked-in Python, TypeScript and Go stubs from protos/.
+proto: $(DEV_READY) $(TS_READY) $(GO_READY)
 	$(BIN)/python scripts/gen_protos.py
 
 ## proto-baseline: record the contract as published, for `buf breaking` (when a release ships).
 proto-baseline: $(DEV_READY)
 	$(BIN)/buf build --exclude-source-info -o protos/v1.image.json
 
-## lint: ruff, mypy (client and server) and tsc, buf lint, buf breaking (against the published v1
+## lint: ruff, mypy (client and server), tsc, gofmt, buf lint, buf breaking (against the published v1
 ## contract, and against main), and a check that the stubs are current.
-lint: $(DEV_READY) $(TS_READY)
+lint: $(DEV_READY) $(TS_READY) $(GO_READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy client/python/contextfold
 	$(BIN)/mypy server/contextfold_server
 	cd $(TS) && npm run --silent build && npm run --silent typecheck
+	@unformatted="$$(gofmt -l client/go)"; if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	$(BIN)/buf lint
 	$(BIN)/buf breaking --against protos/v1.image.json
 	if git rev-parse -q --verify main >/dev/null; then $(BIN)/buf breaking --against '.git#branch=main'; fi

@@ -2,10 +2,12 @@
 
 Python (grpc_tools) goes to `client/python/contextfold/v1`; TypeScript (buf with
 protoc-gen-es, configured in `client/typescript/buf.gen.yaml`) to
-`client/typescript/src/gen`. The stubs are checked in and never edited by hand.
+`client/typescript/src/gen`; Go (buf with protoc-gen-go and protoc-gen-go-grpc, configured in
+`client/go/buf.gen.yaml`) to `client/go/gen`. The stubs are checked in and never edited by hand.
 `--check` regenerates them into a scratch folder and fails when the result
 differs from what is checked in, so a proto change without `make proto` cannot
-land. The TypeScript generator comes from the package's node_modules (`npm ci`).
+land. The TypeScript generator comes from the package's node_modules (`npm ci`); the Go ones
+from PATH (Debian's protoc-gen-go and protoc-gen-go-grpc, which the Makefile installs).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ PACKAGE_ROOT = ROOT / "client" / "python"
 GENERATED = PACKAGE_ROOT / "contextfold" / "v1"
 TYPESCRIPT = ROOT / "client" / "typescript"
 TYPESCRIPT_GENERATED = TYPESCRIPT / "src" / "gen"
+GO = ROOT / "client" / "go"
+GO_GENERATED = GO / "gen"
 BUF = Path(sys.executable).parent / "buf"
 
 
@@ -51,10 +55,11 @@ def generate(out_root: Path) -> Path:
     return package
 
 
-def generate_typescript(out_root: Path) -> Path:
-    """Run buf generate with the package's template, writing under `out_root`; returns the `src/gen` there."""
-    subprocess.run([str(BUF), "generate", "--output", str(out_root)], cwd=TYPESCRIPT, check=True)
-    return out_root / "src" / "gen"
+def generate_with_buf(package: Path, generated: Path, out_root: Path) -> Path:
+    """Run buf generate with `package`'s template, writing under `out_root`; returns the folder
+    there that stands for `generated`."""
+    subprocess.run([str(BUF), "generate", "--output", str(out_root)], cwd=package, check=True)
+    return out_root / generated.relative_to(package)
 
 
 def differences(left: Path, right: Path, pattern: str) -> list[str]:
@@ -74,10 +79,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         fresh = generate(Path(scratch) / "python")
-        fresh_typescript = generate_typescript(Path(scratch) / "typescript")
+        fresh_typescript = generate_with_buf(TYPESCRIPT, TYPESCRIPT_GENERATED, Path(scratch) / "typescript")
+        fresh_go = generate_with_buf(GO, GO_GENERATED, Path(scratch) / "go")
         if args.check:
-            stale = differences(fresh, GENERATED, "*.py*") + differences(
-                fresh_typescript, TYPESCRIPT_GENERATED, "**/*.ts"
+            stale = (
+                differences(fresh, GENERATED, "*.py*")
+                + differences(fresh_typescript, TYPESCRIPT_GENERATED, "**/*.ts")
+                + differences(fresh_go, GO_GENERATED, "**/*.go")
             )
             if stale:
                 sys.exit(f"generated stubs are stale, run `make proto`: {', '.join(stale)}")
@@ -89,9 +97,11 @@ def main() -> None:
         for new in fresh.iterdir():
             if new.is_file():
                 shutil.copy2(new, GENERATED / new.name)
-        shutil.rmtree(TYPESCRIPT_GENERATED, ignore_errors=True)
-        shutil.copytree(fresh_typescript, TYPESCRIPT_GENERATED)
-    print(f"generated stubs in {GENERATED.relative_to(ROOT)} and {TYPESCRIPT_GENERATED.relative_to(ROOT)}")
+        for fresh_tree, checked_in in ((fresh_typescript, TYPESCRIPT_GENERATED), (fresh_go, GO_GENERATED)):
+            shutil.rmtree(checked_in, ignore_errors=True)
+            shutil.copytree(fresh_tree, checked_in)
+    places = (GENERATED, TYPESCRIPT_GENERATED, GO_GENERATED)
+    print(f"generated stubs in {', '.join(str(place.relative_to(ROOT)) for place in places)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""The Go client (client/go), built with Debian's Go and gRPC-Go packages, against live servers.
+
+The package's own tests (`go test`) run against this session's server and one that requires API
+keys; the example runs as its comment says. GOPATH mode, from /usr/share/gocode, so nothing is
+downloaded; `make test` installs the packages (see the Makefile's GO_PACKAGES).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from contextfold import Client
+from contextfold.errors import Unauthenticated
+
+from .polling import wait_for
+from .servers import ROOT, Postgres, ServerProcess, start_server
+from .test_tenancy import keys
+
+GO_CLIENT = ROOT / "client" / "go"
+IMPORT_PATH = "contextfold.dev/go"
+
+
+@pytest.fixture(scope="module")
+def go_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A GOPATH holding the package under its import path, beside Debian's Go sources."""
+    gopath = tmp_path_factory.mktemp("gopath")
+    (gopath / "src" / "contextfold.dev").mkdir(parents=True)
+    (gopath / "src" / IMPORT_PATH).symlink_to(GO_CLIENT)
+    return {
+        **os.environ,
+        "GO111MODULE": "off",
+        "GOPATH": f"{gopath}:/usr/share/gocode",
+        "GOPROXY": "off",
+        "GOFLAGS": "",
+    }
+
+
+def go(env: dict[str, str], *args: str, timeout: float = 300) -> str:
+    done = subprocess.run(
+        ["go", *args], cwd=GO_CLIENT, env=env, capture_output=True, text=True, timeout=timeout
+    )  # fmt: skip
+    assert done.returncode == 0, f"go {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def keyed(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
+    """A server that requires keys, and a key it accepts."""
+    log = tmp_path_factory.mktemp("go-keyed-server") / "server.log"
+    server = start_server(log, "--database-url", postgres.url, "--auth", "keys", "--cache-reload-seconds", "1")
+    key = keys(postgres.url, "create", "--namespace", "go", "--role", "admin")["key"]
+
+    def accepted() -> bool:
+        with Client(server.address, api_key=key, timeout=10) as cf:
+            try:
+                list(cf.list_stores())
+            except Unauthenticated:
+                return False
+        return True
+
+    wait_for(accepted, 15, what="the new key to work")
+    yield server, key
+    assert server.stop() == 0, server.log()
+
+
+def test_the_go_client_is_formatted_and_vetted(go_env: dict[str, str]) -> None:
+    unformatted = subprocess.run(
+        ["gofmt", "-l", "."], cwd=GO_CLIENT, capture_output=True, text=True, check=True
+    ).stdout  # fmt: skip
+    assert unformatted == "", f"gofmt would change: {unformatted}"
+    go(go_env, "vet", IMPORT_PATH, f"{IMPORT_PATH}/gen/contextfold/v1", f"{IMPORT_PATH}/examples/inject")
+
+
+def test_the_go_tests_pass_against_live_servers(
+    go_env: dict[str, str], server: ServerProcess, keyed: tuple[ServerProcess, str]
+) -> None:
+    keyed_server, key = keyed
+    env = {
+        **go_env,
+        "CONTEXTFOLD_ADDRESS": server.address,
+        "CONTEXTFOLD_KEYED_ADDRESS": keyed_server.address,
+        "CONTEXTFOLD_TEST_KEY": key,
+    }
+    env.pop("CONTEXTFOLD_API_KEY", None)
+    output = go(env, "test", "-count=1", "-v", IMPORT_PATH)
+    passed = re.findall(r"^--- PASS: (\w+)", output, flags=re.M)
+    assert len(passed) == 6 and "--- FAIL" not in output, output
+
+
+def test_the_go_example_runs_as_its_comment_says(go_env: dict[str, str], server: ServerProcess) -> None:
+    output = go({**go_env, "CONTEXTFOLD_ADDRESS": server.address}, "run", f"{IMPORT_PATH}/examples/inject")
+    lines = output.splitlines()
+    assert lines[:2] == ["injected: true (1 entries)", '"Set up my new editor, please."'], output
+    entry = r'<entry source=\\"go-example-\d+\\">User prefers dark mode in every editor</entry>'
+    block = rf'"\\n\\n<memory>\\n{entry}\\n</memory>"'
+    assert re.fullmatch(block, lines[2]), output
