@@ -6,6 +6,7 @@ input of every call, so each test asserts what the model saw.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -14,14 +15,16 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import psutil
 import pytest
 from contextfold import Client
-from contextfold.strands import ContextfoldMemoryStore, ContextInjection
+from contextfold.strands import ContextfoldMemoryStore, ContextInjection, from_state
 from strands import Agent, tool
 from strands.memory import InvocationTrigger, MemoryManager, ModelExtractor
 from strands.models.model import Model
 
 from .conftest import unique
+from .polling import wait_for
 
 Reply = str | dict[str, Any] | Callable[[list[dict], str | None], str]
 
@@ -87,8 +90,11 @@ def prefs(client: Client, make_store) -> str:
     return store
 
 
-def test_the_model_sees_the_memory_block_and_history_stays_clean(server, prefs: str) -> None:
+def test_the_model_sees_the_memory_block_and_history_stays_clean_and_the_next_turn_gets_new_entries(
+    server, client: Client, prefs: str
+) -> None:
     model = ScriptedModel(["Solarized Dark, then.", "vim, as always."])
+    ids = {memory.content.split()[-1]: memory.id for memory in client.list_memories(prefs)}
     reports = []
     injection = ContextInjection(
         target=server.address, stores=[prefs], scope={"user_id": "ana"}, max_entries=2, on_report=reports.append
@@ -116,13 +122,26 @@ def test_the_model_sees_the_memory_block_and_history_stays_clean(server, prefs: 
 
     agent("Which editor do I use?")
     second = model.inputs[1]
-    assert texts(second[0]) == ["Which editor theme should I pick?"]
-    assert texts(second[-1])[0] == "Which editor do I use?"
-    assert "User edits code in vim" in texts(second[-1])[1]
-    assert "Bob" not in texts(second[-1])[1]
+    # What was injected stays with its message, as an InjectedBlock kept in the history would,
+    # and the service leaves those entries out: the new turn gets the one not yet shown.
+    assert texts(second[0]) == texts(first[-1])
+    assert texts(second[-1]) == [
+        "Which editor do I use?",
+        f'\n\n<memory>\n<entry source="{prefs}">User edits code in vim</entry>\n</memory>',
+    ]
+    assert [entry.id for entry in reports[1].entries] == [ids["vim"]]
+    assert [texts(message) for message in agent.messages][2] == ["Which editor do I use?"]
+    ledger = agent.state.get("contextfold")["contextfold:injection"]
+    assert [(record["index"], [block["entryIds"] for block in record["blocks"]]) for record in ledger] == [
+        (0, [[entry.id for entry in report.entries]]),
+        (2, [[ids["vim"]]]),
+    ]
 
 
-def test_a_tool_result_turn_is_not_a_user_turn(server, prefs: str) -> None:
+@pytest.mark.parametrize("user_turn, every_turn", [("user_turn", "every_turn"), ("userTurn", "everyTurn")])
+def test_a_tool_result_turn_is_not_a_user_turn(server, prefs: str, user_turn: str, every_turn: str) -> None:
+    """Python's trigger names and the Strands SDKs' (as the TypeScript plugin takes them) alike."""
+
     @tool
     def weather(city: str) -> str:
         """The weather in a city."""
@@ -132,7 +151,7 @@ def test_a_tool_result_turn_is_not_a_user_turn(server, prefs: str) -> None:
     agent = Agent(
         model=model,
         tools=[weather],
-        plugins=[ContextInjection(target=server.address, stores=[prefs], scope={"user_id": "ana"})],
+        plugins=[ContextInjection(target=server.address, stores=[prefs], scope={"user_id": "ana"}, trigger=user_turn)],
         callback_handler=None,
     )
 
@@ -150,7 +169,7 @@ def test_a_tool_result_turn_is_not_a_user_turn(server, prefs: str) -> None:
         target=server.address,
         stores=[prefs],
         scope={"user_id": "ana"},
-        trigger="every_turn",
+        trigger=every_turn,
         max_entries=1,
         on_report=reports.append,
     )
@@ -159,6 +178,114 @@ def test_a_tool_result_turn_is_not_a_user_turn(server, prefs: str) -> None:
     second = model.inputs[1]
     assert [list(block) for block in second[-1]["content"]] == [["toolResult"], ["text"]]
     assert second[-1]["content"][1]["text"].startswith("<memory>\n")
+
+
+def test_a_listener_that_raises_does_not_keep_the_memory_from_the_model(server, prefs: str, caplog) -> None:
+    def broken(report: Any) -> None:
+        raise RuntimeError("the listener's own bug")
+
+    model = ScriptedModel(["Dark it is."])
+    injection = ContextInjection(target=server.address, stores=[prefs], scope={"user_id": "ana"}, on_report=broken)
+    agent = Agent(model=model, plugins=[injection], callback_handler=None)
+    with caplog.at_level(logging.WARNING, logger="contextfold.strands"):
+        assert str(agent("Which editor theme should I pick?")).strip() == "Dark it is."
+    assert "User prefers dark mode in every editor" in texts(model.inputs[0][-1])[1]
+    assert "the listener's own bug" in caplog.text
+
+
+def test_several_instances_each_fold_their_own_block_and_never_search_with_the_others(
+    server, client: Client, make_store, prefs: str
+) -> None:
+    travel = make_store("travel")
+    client.add_memories(travel, ["User flies from Lisbon airport", "User prefers aisle seats on planes"])
+    prefs_reports: list[Any] = []
+    travel_reports: list[Any] = []
+    plugins = [
+        ContextInjection(
+            name="contextfold:prefs",
+            target=server.address,
+            stores=[prefs],
+            scope={"user_id": "ana"},
+            max_entries=1,
+            on_report=prefs_reports.append,
+        ),
+        ContextInjection(
+            name="contextfold:travel",
+            target=server.address,
+            stores=[travel],
+            max_entries=1,
+            format="bullets",
+            on_report=travel_reports.append,
+        ),
+    ]
+    model = ScriptedModel(["Booked.", "Done."])
+    agent = Agent(model=model, plugins=plugins, callback_handler=None)
+
+    ask = "Book my flight and set up the editor theme on my laptop"
+    agent(ask)
+    first = texts(model.inputs[0][-1])
+    assert first[0] == ask and first[1].startswith("\n\n<memory>") and first[2].startswith("\n\n- ")
+    # The second instance searched with the user's words, not with the first one's block.
+    assert [report.query for report in prefs_reports + travel_reports] == [ask, ask]
+
+    agent("Anything else I should know for the trip or the editor?")
+    second = model.inputs[1]
+    assert texts(second[0]) == first, "both blocks stay with the message they were folded into"
+    new = texts(second[-1])
+    assert len(new) == 3 and all(block not in first for block in new[1:])
+    for reports in (prefs_reports, travel_reports):
+        assert {entry.id for entry in reports[0].entries}.isdisjoint(entry.id for entry in reports[1].entries)
+
+    with pytest.raises(ValueError, match="already registered"):
+        Agent(model=model, plugins=[plugins[0], ContextInjection(name="contextfold:prefs")], callback_handler=None)
+
+
+def test_scope_and_stores_come_from_the_agents_state_at_each_call(server, client: Client, prefs: str) -> None:
+    bobs = [memory.id for memory in client.list_memories(prefs, scope={"user_id": "bob"})]
+    reports: list[Any] = []
+    injection = ContextInjection(
+        target=server.address,
+        stores=lambda agent: agent.state.get("stores"),
+        scope=from_state("user"),
+        max_entries=1,
+        on_report=reports.append,
+    )
+    agent = Agent(
+        model=ScriptedModel(["Light.", "Dark."]),
+        plugins=[injection],
+        state={"user": {"user_id": "bob"}, "stores": [prefs]},
+        callback_handler=None,
+    )
+    agent("Which themes do I like?")
+    agent.state.set("user", {"user_id": "ana"})
+    agent("Which themes do I like, again?")
+    assert [entry.id for entry in reports[0].entries] == bobs
+    assert reports[1].entries and reports[1].entries[0].id not in bobs
+
+
+def established(port: int) -> int:
+    """This process's open connections to `port`."""
+    return sum(
+        1
+        for connection in psutil.Process().net_connections("tcp")
+        if connection.raddr and connection.raddr.port == port and connection.status == psutil.CONN_ESTABLISHED
+    )
+
+
+def test_an_agent_on_one_event_loop_keeps_one_connection_which_close_ends(server, prefs: str) -> None:
+    port = int(server.address.rsplit(":", 1)[1])
+    before = established(port)
+
+    async def converse() -> None:
+        injection = ContextInjection(target=server.address, stores=[prefs], scope={"user_id": "ana"})
+        agent = Agent(model=ScriptedModel(["One.", "Two.", "Three."]), plugins=[injection], callback_handler=None)
+        for ask in ("Which theme?", "Which editor?", "Anything else?"):
+            await agent.invoke_async(ask)
+        assert established(port) == before + 1
+        await injection.close()
+        wait_for(lambda: established(port) == before, 5, what="the plugin's connection to close")
+
+    asyncio.run(converse())
 
 
 @pytest.fixture
@@ -253,8 +380,6 @@ def test_an_entry_id_is_the_one_the_typescript_store_derives() -> None:
 def test_server_side_extraction_remembers_the_users_turns_once(server, client: Client, make_store) -> None:
     """A store without an extractor of the agent's takes the raw conversation (`add_messages`): the
     service's Remember keeps the user's turns, each once, and the assistant's replies not at all."""
-    from .polling import wait_for
-
     store = make_store("turns")
     scope = {"user_id": unique("user")}
     memories = ContextfoldMemoryStore(
@@ -286,7 +411,5 @@ def test_a_store_filter_narrows_every_search(server, client: Client, make_store)
         ],
     )
     core = ContextfoldMemoryStore(store, target=server.address, filter={"team": "core"})
-    import asyncio
-
     found = asyncio.run(core.search("when is standup"))
     assert [entry.content for entry in found] == ["Standup moved to 10am"]

@@ -7,6 +7,7 @@ with Client("localhost:50051") as cf:
     send_to_model(render_for_model(result.messages))
 """
 
+from ._requests import InjectOptions, SearchOptions
 from .client import AsyncClient, Client, InjectResult
 from .convert import from_proto_messages, render_for_model, to_proto_messages
 from .errors import (
@@ -32,12 +33,14 @@ __all__ = [
     "ContextfoldError",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "InjectOptions",
     "InjectResult",
     "Internal",
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",
+    "SearchOptions",
     "Unauthenticated",
     "Unavailable",
     "from_proto_messages",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
@@ -29,9 +29,14 @@ _RANKINGS: dict[str, memory_pb2.Ranking] = {
 }
 # The rankings' names, as options take them.
 RANKINGS = tuple(_RANKINGS)
+Ranking = Literal["similarity", "store_aware", "hybrid", "rerank"]
+# Python's names, and the Strands SDKs' (the TypeScript plugin's options read the same).
+Trigger = Literal["user_turn", "every_turn", "userTurn", "everyTurn"]
 _TRIGGERS: dict[str, injection_pb2.Trigger] = {
     "user_turn": injection_pb2.TRIGGER_USER_TURN,
     "every_turn": injection_pb2.TRIGGER_EVERY_TURN,
+    "userTurn": injection_pb2.TRIGGER_USER_TURN,
+    "everyTurn": injection_pb2.TRIGGER_EVERY_TURN,
 }
 
 
@@ -64,58 +69,116 @@ def trigger_value(name: str) -> injection_pb2.Trigger:
     return _TRIGGERS[name]
 
 
-def inject(
-    messages: Iterable[Mapping[str, Any]],
-    *,
-    trigger: str | None = None,
-    trigger_expression: str = "",
-    stores: Sequence[str] = (),
-    max_entries: int | None = None,
-    query: str = "",
-    query_vector: Sequence[float] = (),
-    scope_: ScopeLike = None,
-    min_score: float | None = None,
-    memory_priority: int = 0,
-    memory_max_tokens: int = 0,
-    query_expression: str = "",
-    format: str | None = None,
-    format_template: str = "",
-    ranking: str | None = None,
-    filter: FilterLike = None,
-    providers: Sequence[str] = (),
-    max_tokens: int = 0,
-    coalesce: bool = False,
-    app_state: Mapping[str, Any] | None = None,
-    agent: Mapping[str, str] | None = None,
-) -> injection_pb2.InjectRequest:
+class InjectSettings(TypedDict, total=False):
+    """How to inject, every setting optional (the service's defaults apply to those not given):
+    fields of the protos' `InjectRequest` and `MemoryOptions`, named as Python names them."""
+
+    trigger: Trigger
+    """When memory injects: "user_turn" (the default: on a fresh user ask, not a tool result) or
+    "every_turn". Strands' spellings, "userTurn" and "everyTurn", are taken too."""
+    trigger_expression: str
+    """A CEL expression over the conversation deciding whether memory injects (not with `trigger`)."""
+    max_entries: int | None
+    """Entries to inject at most (default 5); 0 turns memory off."""
+    query: str
+    """Search with this text instead of the one derived from the conversation."""
+    query_vector: Sequence[float]
+    """Search with this vector instead of embedding the query."""
+    min_score: float | None
+    """Only entries at least this similar to the query (cosine, -1 to 1)."""
+    memory_priority: int
+    """Memory's place among the sources (higher first)."""
+    memory_max_tokens: int
+    """Memory's own token budget; 0: none."""
+    query_expression: str
+    """A CEL expression deriving the query from the conversation."""
+    format: Literal["xml", "bullets", "markdown"]
+    """How memory's block reads (default "xml", the reference's)."""
+    format_template: str
+    """A Jinja template rendering memory's block instead of `format`."""
+    ranking: Ranking
+    """How entries are ranked; the server's default (its operator's choice) when not given."""
+    filter: FilterLike
+    """Only entries matching this filter (see `filter_message`)."""
+    providers: Sequence[str]
+    """Registered providers to ask, by name; none: every enabled provider."""
+    max_tokens: int
+    """Token budget for everything injected; 0: none."""
+    coalesce: bool
+    """Fold every source into one block instead of one block each."""
+
+
+class InjectOptions(InjectSettings, total=False):
+    """`inject`'s keyword arguments: the settings, and what this call is for."""
+
+    stores: Sequence[str]
+    """Memory stores to search; none: every store of the query's dimension."""
+    scope: ScopeLike
+    """Only entries of this user, agent and session: `{"user_id": …, "agent_id": …, "session_id": …}`."""
+    app_state: Mapping[str, Any]
+    """The agent's application state, for expressions, templates and providers."""
+    agent: Mapping[str, str]
+    """The agent asking: `{"id": …, "name": …}`."""
+
+
+class SearchOptions(TypedDict, total=False):
+    """`search_memories`' keyword arguments beside the query and scope, every one optional."""
+
+    stores: Sequence[str]
+    """Stores to search; none: every store of the query's dimension."""
+    max_results: int
+    """Results at most; 0: the service's default."""
+    min_score: float | None
+    """Only entries at least this similar to the query (cosine, -1 to 1)."""
+    query_vector: Sequence[float]
+    """Search with this vector instead of embedding the query."""
+    ranking: Ranking
+    """How entries are ranked; the server's default when not given."""
+    filter: FilterLike
+    """Only entries matching this filter (see `filter_message`)."""
+
+
+def known(options: Mapping[str, Any], allowed: Any, call: str) -> None:
+    """TypeError for a keyword `call` does not take, as for a function's own parameters."""
+    unknown = sorted(set(options) - allowed.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def inject(messages: Iterable[Mapping[str, Any]], options: InjectOptions) -> injection_pb2.InjectRequest:
+    known(options, InjectOptions, "inject")
+    format = options.get("format")
     if format and format not in _FORMATS:
         raise ValueError(f"unknown format {format!r}: expected one of {', '.join(_FORMATS)}")
-    options = injection_pb2.MemoryOptions(
-        stores=list(stores),
-        query=query,
-        query_vector=list(query_vector),
-        scope=scope(scope_),
-        priority=memory_priority,
-        max_tokens=memory_max_tokens,
-        query_expression=query_expression,
+    memory = injection_pb2.MemoryOptions(
+        stores=list(options.get("stores", ())),
+        query=options.get("query", ""),
+        query_vector=list(options.get("query_vector", ())),
+        scope=scope(options.get("scope")),
+        priority=options.get("memory_priority", 0),
+        max_tokens=options.get("memory_max_tokens", 0),
+        query_expression=options.get("query_expression", ""),
         format=_FORMATS[format] if format else injection_pb2.FORMAT_UNSPECIFIED,
-        format_template=format_template,
-        ranking=ranking_value(ranking),
-        filter=filter_message(filter),
+        format_template=options.get("format_template", ""),
+        ranking=ranking_value(options.get("ranking")),
+        filter=filter_message(options.get("filter")),
     )
+    max_entries, min_score = options.get("max_entries"), options.get("min_score")
     if max_entries is not None:
-        options.max_entries = max_entries
+        memory.max_entries = max_entries
     if min_score is not None:
-        options.min_score = min_score
+        memory.min_score = min_score
+    trigger = options.get("trigger")
+    agent = options.get("agent")
     return injection_pb2.InjectRequest(
         messages=to_proto_messages(messages),
         trigger=trigger_value(trigger) if trigger else injection_pb2.TRIGGER_UNSPECIFIED,
-        trigger_expression=trigger_expression,
-        memory=options,
-        providers=list(providers),
-        max_tokens=max_tokens,
-        coalesce=coalesce,
-        app_state=struct(app_state),
+        trigger_expression=options.get("trigger_expression", ""),
+        memory=memory,
+        providers=list(options.get("providers", ())),
+        max_tokens=options.get("max_tokens", 0),
+        coalesce=options.get("coalesce", False),
+        app_state=struct(options.get("app_state")),
         agent=injection_pb2.Agent(**agent) if agent else None,
     )
 
@@ -232,26 +295,18 @@ def duration(value: float | timedelta | None) -> duration_pb2.Duration | None:
     return converted
 
 
-def search(
-    query: str,
-    *,
-    stores: Sequence[str] = (),
-    max_results: int = 0,
-    scope_: ScopeLike = None,
-    min_score: float | None = None,
-    query_vector: Sequence[float] = (),
-    ranking: str | None = None,
-    filter: FilterLike = None,
-) -> memory_pb2.SearchMemoriesRequest:
+def search(query: str, scope_: ScopeLike, options: SearchOptions) -> memory_pb2.SearchMemoriesRequest:
+    known(options, SearchOptions, "search_memories")
     request = memory_pb2.SearchMemoriesRequest(
         query=query,
-        query_vector=list(query_vector),
-        stores=list(stores),
-        max_results=max_results,
+        query_vector=list(options.get("query_vector", ())),
+        stores=list(options.get("stores", ())),
+        max_results=options.get("max_results", 0),
         scope=scope(scope_),
-        ranking=ranking_value(ranking),
-        filter=filter_message(filter),
+        ranking=ranking_value(options.get("ranking")),
+        filter=filter_message(options.get("filter")),
     )
+    min_score = options.get("min_score")
     if min_score is not None:
         request.min_score = min_score
     return request

@@ -14,13 +14,13 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import grpc
 from google.protobuf import descriptor_pb2
 
 from . import _requests
-from ._requests import FilterLike, MemoryLike, ScopeLike
+from ._requests import FilterLike, InjectOptions, MemoryLike, ScopeLike, SearchOptions
 from .convert import MessageDict, from_proto_messages, to_proto_messages
 from .errors import from_rpc_error
 from .v1 import (
@@ -32,6 +32,9 @@ from .v1 import (
     provider_pb2,
     provider_pb2_grpc,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11; annotations only
 
 DEFAULT_TARGET = "localhost:50051"
 
@@ -151,10 +154,8 @@ class _calls:
     """Each RPC as data: the stub, the request, and how to read the response."""
 
     @staticmethod
-    def inject(messages: Iterable[Mapping[str, Any]], **options: Any) -> _Call[InjectResult]:
-        if "scope" in options:
-            options["scope_"] = options.pop("scope")
-        return _Call("injection", "Inject", _requests.inject(messages, **options), _inject_result)
+    def inject(messages: Iterable[Mapping[str, Any]], options: InjectOptions) -> _Call[InjectResult]:
+        return _Call("injection", "Inject", _requests.inject(messages, options), _inject_result)
 
     @staticmethod
     def create_store(
@@ -180,8 +181,8 @@ class _calls:
         return _Call("memory", "AddMemories", request, lambda r: list(r.memories))
 
     @staticmethod
-    def search_memories(query: str, scope: ScopeLike, **options: Any) -> _Call[list[memory_pb2.ScoredMemory]]:
-        request = _requests.search(query, scope_=scope, **options)
+    def search_memories(query: str, scope: ScopeLike, options: SearchOptions) -> _Call[list[memory_pb2.ScoredMemory]]:
+        request = _requests.search(query, scope, options)
         return _Call("memory", "SearchMemories", request, lambda r: list(r.results))
 
     @staticmethod
@@ -352,17 +353,16 @@ class Client:
                 return
 
     def inject(
-        self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
+        self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Unpack[InjectOptions]
     ) -> InjectResult:
-        """Fold memory and provider context into `messages`.
+        """Fold memory and provider context into `messages` (the dicts agents hold).
 
-        Options: trigger ("user_turn" or "every_turn"); memory's stores, max_entries, query,
-        query_vector, scope, min_score, memory_priority, memory_max_tokens, ranking ("similarity",
-        "store_aware", "hybrid", "rerank"; the server's default when not given), filter (as
-        `search_memories` takes it); providers (names),
-        max_tokens (for all), coalesce; app_state, agent.
+        The options (`InjectOptions`, each documented there) are the trigger, memory's search
+        (stores, max_entries, query, query_vector, scope, min_score, ranking, filter, …), its
+        format, the providers to ask, the token budget, and the agent's state. `timeout` (seconds)
+        is this call's deadline instead of the client's.
         """
-        return self._run(_calls.inject(messages, **options), timeout)
+        return self._run(_calls.inject(messages, options), timeout)
 
     def create_store(
         self,
@@ -386,12 +386,13 @@ class Client:
         return self._run(_calls.add_memories(store, memories))
 
     def search_memories(
-        self, query: str = "", *, scope: ScopeLike = None, **options: Any
+        self, query: str = "", *, scope: ScopeLike = None, **options: Unpack[SearchOptions]
     ) -> list[memory_pb2.ScoredMemory]:
-        """Options: stores, max_results, min_score, query_vector, ranking ("similarity", "store_aware",
-        "hybrid", "rerank"; the server's default when not given), filter (a dict: `{"topic": "food",
-        "rating": {"gte": 3}}`; see `contextfold._requests.filter_message`)."""
-        return self._run(_calls.search_memories(query, scope, **options))
+        """The entries nearest `query` (or `query_vector`), best first. The options (`SearchOptions`):
+        stores, max_results, min_score, query_vector, ranking ("similarity", "store_aware", "hybrid",
+        "rerank"; the server's default when not given), filter (a dict: `{"topic": "food", "rating":
+        {"gte": 3}}`; see `contextfold._requests.filter_message`)."""
+        return self._run(_calls.search_memories(query, scope, options))
 
     def get_memory(self, memory_id: str) -> memory_pb2.Memory:
         return self._run(_calls.get_memory(memory_id))
@@ -556,9 +557,10 @@ class AsyncClient:
                 return
 
     async def inject(
-        self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Any
+        self, messages: Iterable[Mapping[str, Any]], *, timeout: float | None = None, **options: Unpack[InjectOptions]
     ) -> InjectResult:
-        return await self._run(_calls.inject(messages, **options), timeout)
+        """As `Client.inject`."""
+        return await self._run(_calls.inject(messages, options), timeout)
 
     async def create_store(
         self,
@@ -580,9 +582,10 @@ class AsyncClient:
         return await self._run(_calls.add_memories(store, memories))
 
     async def search_memories(
-        self, query: str = "", *, scope: ScopeLike = None, **options: Any
+        self, query: str = "", *, scope: ScopeLike = None, **options: Unpack[SearchOptions]
     ) -> list[memory_pb2.ScoredMemory]:
-        return await self._run(_calls.search_memories(query, scope, **options))
+        """As `Client.search_memories`."""
+        return await self._run(_calls.search_memories(query, scope, options))
 
     async def get_memory(self, memory_id: str) -> memory_pb2.Memory:
         return await self._run(_calls.get_memory(memory_id))

@@ -1,20 +1,24 @@
 """contextfold for Strands Agents (`strands-agents`): injection as a plugin, memory as a store.
 
     from strands import Agent
-    from contextfold.strands import ContextInjection, ContextfoldMemoryStore
+    from contextfold.strands import ContextInjection, ContextfoldMemoryStore, from_state
 
     agent = Agent(
         model=model,
-        plugins=[ContextInjection(stores=["prefs"], timeout=0.5)],
+        plugins=[ContextInjection(stores=["prefs"], scope=from_state("user"), timeout=0.5)],
         memory_manager={"stores": [ContextfoldMemoryStore("prefs")], "injection": False},
     )
 
 `ContextInjection` calls `Inject` before each model call (the SDK's
 `InvokeModelStage.Input` middleware) and hands the model the folded messages,
-each injected block shown as the text block it stands for. The fold is
-per call: the agent's stored conversation is never changed. Whatever goes wrong
-on the way (the service down or slower than `timeout`, a conversation it cannot
-send), the model call goes on with the messages it had.
+each injected block shown as the text block it stands for. The agent's own
+messages are never changed: what was injected is kept in the agent's state (key
+`contextfold`), shown again with the message it was folded into on every later
+call, and sent to the service as the `InjectedBlock`s it was, so no entry is
+injected twice while the model still sees it (as an SDK that keeps `InjectedBlock`s
+in its history would). Whatever goes wrong on the way (the service down or
+slower than `timeout`, a conversation it cannot send, a listener that raises),
+the model call goes on with the messages it had.
 
 `ContextfoldMemoryStore` is a Strands memory store on contextfold's
 `MemoryService`, so the `search_memory` and `add_memory` tools and extraction
@@ -36,77 +40,156 @@ from strands.memory import MemoryEntry
 from strands.middleware.stages import InvokeModelStage
 from strands.plugins.plugin import Plugin
 
-from .client import Client, _calls
+from . import _requests
+from ._requests import InjectSettings, ScopeLike
+from .client import AsyncClient
 from .v1 import injection_pb2
 
 if TYPE_CHECKING:
     from strands.memory.types import SearchOptions
     from strands.middleware.stages import InvokeModelContext
     from strands.types.content import Message
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
 ReportListener = Callable[[injection_pb2.InjectionReport], None]
+# The agent's state key under which every ContextInjection keeps what it injected, by its name.
+STATE_KEY = "contextfold"
+
+
+def from_state(key: str) -> Callable[[Any], Any]:
+    """Read a call's setting from the agent's state: `scope=from_state("user")` uses whatever
+    `agent.state.get("user")` holds at that call (a scope dict; for `stores`, a list of names)."""
+    return lambda agent: agent.state.get(key)
 
 
 class ContextInjection(Plugin):
     """Folds contextfold's injection into every model call of the agent it is registered on.
 
-    `options` are `Client.inject`'s: trigger ("user_turn" or "every_turn"), stores,
-    max_entries, query, scope, min_score, format, format_template, providers,
-    max_tokens, coalesce, and the rest. `timeout` (seconds) bounds each call; past
-    it the model sees the conversation as it was. `on_report` receives each
-    call's `InjectionReport` (what was injected, or why not).
-    """
+    `options` are `Client.inject`'s settings (`InjectSettings`): trigger ("user_turn" or "every_turn", or
+    Strands' "userTurn" and "everyTurn"), max_entries, query, min_score, format, ranking, filter,
+    providers, max_tokens, coalesce, and the rest. `scope` and `stores` are values, or functions
+    of the agent deriving them for each call (`from_state(key)` reads a state key), so one agent
+    process can serve many users. `timeout` (seconds) bounds each call; past it the model sees
+    the conversation as it was. `on_report` receives each call's `InjectionReport`.
 
-    name = "contextfold:injection"
+    `name` tells instances apart: several may serve one agent (one per provider set, say), each
+    folding its own blocks. The plugin's client (an `AsyncClient` per event loop, unless one is
+    given) is closed by `close()`; a client passed in is the caller's to close.
+    """
 
     def __init__(
         self,
-        client: Client | None = None,
+        client: AsyncClient | None = None,
         *,
+        name: str = "contextfold:injection",
         target: str | None = None,
         timeout: float = 1.0,
         on_report: ReportListener | None = None,
-        **options: Any,
+        scope: ScopeLike | Callable[[Any], ScopeLike] = None,
+        stores: Sequence[str] | Callable[[Any], Sequence[str] | None] = (),
+        **options: Unpack[InjectSettings],
     ) -> None:
+        self._name = name
         super().__init__()
-        _calls.inject([], **options)  # bad options fail here, not on the first turn
-        self._client = client or Client(target)
+        # Bad options fail here, not on the first turn.
+        _requests.known(options, InjectSettings, "ContextInjection")
+        _requests.inject([], cast("_requests.InjectOptions", options))
+        self._clients = _LoopClients(client, target, timeout)
         self._timeout = timeout
         self._on_report = on_report
+        self._scope = scope
+        self._stores = stores
         self._options = options
+
+    @property
+    def name(self) -> str:
+        return self._name
 
     def init_agent(self, agent: Any) -> None:
         agent.add_middleware(InvokeModelStage.Input, self._fold)
 
+    async def close(self) -> None:
+        """Close the client this plugin made (a client passed in is the caller's to close)."""
+        await self._clients.close()
+
     async def _fold(self, context: InvokeModelContext) -> InvokeModelContext:
-        agent = context.agent
         try:
-            result = await asyncio.to_thread(
-                self._client.inject,
-                context.messages,
-                timeout=self._timeout,
-                app_state=agent.state.get(),
-                agent={"id": agent.agent_id, "name": agent.name or ""},
-                **self._options,
-            )
+            return await self._folded(context)
         except Exception as error:  # noqa: BLE001 - fail open: the model call goes on without injection.
             logger.warning("reason=<%s> | contextfold inject failed | model sees the conversation as it was", error)
             return context
+
+    async def _folded(self, context: InvokeModelContext) -> InvokeModelContext:
+        agent = context.agent
+        state = agent.state.get()
+        ledger = _Ledger(state.pop(STATE_KEY, None) or {}, self.name)
+        sent, shown = ledger.conversation(context.messages)
+        result = await self._clients.get().inject(
+            sent,
+            timeout=self._timeout,
+            scope=_per_call(self._scope, agent),
+            stores=_per_call(self._stores, agent) or (),
+            app_state=state,
+            agent={"id": agent.agent_id, "name": agent.name or ""},
+            **self._options,
+        )
         report = result.report
         if self._on_report is not None:
-            self._on_report(report)
+            try:
+                self._on_report(report)
+            except Exception as error:  # noqa: BLE001 - a listener's failure is the listener's.
+                logger.warning("reason=<%s> | contextfold on_report raised | injection goes on", error)
         index = report.target_message_index
-        if not 0 <= index < len(context.messages):
-            return context
-        folded = list(context.messages)
-        original = folded[index]
-        added = result.messages[index]["content"][len(original["content"]) :]
-        content = [*original["content"], *(_shown(block) for block in added)]
-        folded[index] = cast("Message", {**original, "content": content})
-        trailing = len(added) if index == len(folded) - 1 else 0
-        return replace(context, messages=folded, dynamic_trailing_blocks=context.dynamic_trailing_blocks + trailing)
+        if 0 <= index < len(sent):
+            added = result.messages[index]["content"][len(sent[index]["content"]) :]
+            ledger.note(context.messages[index], index, [block["injected"] for block in added])
+            shown[index] = {**shown[index], "content": [*shown[index]["content"], *map(_shown, added)]}
+        agent.state.set(STATE_KEY, ledger.entries)
+        trailing = len(shown[-1]["content"]) - len(context.messages[-1]["content"]) if shown else 0
+        return replace(
+            context,
+            messages=cast("list[Message]", shown),
+            dynamic_trailing_blocks=context.dynamic_trailing_blocks + trailing,
+        )
+
+
+class _LoopClients:
+    """The given client, else one per event loop: a gRPC asyncio channel serves the loop it was
+    made in, and a synchronous `agent(...)` runs each invocation in a loop of its own (a client
+    whose loop has closed is dropped; its channel went with the loop). An agent driven from one
+    loop (`invoke_async`, `stream_async`) keeps one connection."""
+
+    def __init__(self, given: AsyncClient | None, target: str | None, timeout: float) -> None:
+        self._given = given
+        self._target = target
+        self._timeout = timeout
+        self._made: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
+
+    def get(self) -> AsyncClient:
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        for closed in [old for old in self._made if old.is_closed()]:
+            del self._made[closed]
+        if loop not in self._made:
+            self._made[loop] = AsyncClient(self._target, timeout=self._timeout)
+        return self._made[loop]
+
+    async def close(self) -> None:
+        """Close the clients made for this loop (the others' loops have ended, or will close them)."""
+        loop = asyncio.get_running_loop()
+        made, self._made = self._made, {}
+        for owner, client in made.items():
+            if owner is loop:
+                await client.close()
+            elif not owner.is_closed():
+                asyncio.run_coroutine_threadsafe(client.close(), owner)
+
+
+def _per_call(setting: Any, agent: Any) -> Any:
+    return setting(agent) if callable(setting) else setting
 
 
 def _shown(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,6 +197,70 @@ def _shown(block: Mapping[str, Any]) -> dict[str, Any]:
     if "injected" in block:
         return {"text": block["injected"]["text"]}
     return dict(block)
+
+
+class _Ledger:
+    """What each ContextInjection of an agent injected, kept in the agent's state (JSON):
+    `{plugin name: [{"index": i, "message": fingerprint, "blocks": [injected block]}]}`.
+
+    A record belongs to the message with its fingerprint (the hash of the message as the agent
+    holds it, without the text other instances folded in this call), at its index when that still
+    matches: a conversation manager that trims the history moves or drops messages, and a record
+    whose message is gone is dropped with it (the model no longer sees its entries).
+    """
+
+    def __init__(self, entries: Mapping[str, Any], name: str) -> None:
+        self.entries = {key: list(records) for key, records in entries.items()}
+        self._name = name
+        self._mine: list[dict[str, Any]] = self.entries.get(name, [])
+        # The texts of the blocks other instances fold (those before this one did, in this call).
+        self._folded = {
+            block["text"] for key, records in self.entries.items() if key != name for record in records
+            for block in record["blocks"]
+        }  # fmt: skip
+
+    def _own(self, message: Mapping[str, Any]) -> list[Any]:
+        return [block for block in message["content"] if block.get("text") not in self._folded]
+
+    def _fingerprint(self, message: Mapping[str, Any]) -> str:
+        key = json.dumps([message["role"], self._own(message)], sort_keys=True, default=repr)
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+    def conversation(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[dict]]:
+        """The conversation as this instance's service call should read it (its own earlier blocks
+        as the injected blocks they are; the other instances' left out, so they neither feed the
+        query nor count as this instance's), and as the model should (every block as its text)."""
+        fingerprints = [self._fingerprint(message) for message in messages]
+        kept: list[dict[str, Any]] = []
+        blocks: dict[int, list[dict[str, Any]]] = {}
+        for record in self._mine:
+            index = record["index"]
+            if not (0 <= index < len(messages) and fingerprints[index] == record["message"]):
+                index = next((i for i, print_ in enumerate(fingerprints) if print_ == record["message"]), -1)
+            if index >= 0 and index not in blocks:
+                blocks[index] = record["blocks"]
+                kept.append({**record, "index": index})
+        self._mine[:] = kept
+        sent: list[dict] = []
+        shown: list[dict] = []
+        for index, message in enumerate(messages):
+            mine = blocks.get(index, [])
+            sent.append({**message, "content": [*self._own(message), *({"injected": block} for block in mine)]})
+            shown.append({**message, "content": [*message["content"], *({"text": b["text"]} for b in mine)]})
+        return sent, shown
+
+    def note(self, message: Mapping[str, Any], index: int, blocks: list[dict[str, Any]]) -> None:
+        """Keep the blocks just folded into `message` (at `index`)."""
+        if not blocks:
+            return
+        fingerprint = self._fingerprint(message)
+        for record in self._mine:
+            if record["index"] == index:
+                record["blocks"] = [*record["blocks"], *blocks]
+                break
+        else:
+            self._mine.append({"index": index, "message": fingerprint, "blocks": blocks})
+        self.entries[self._name] = self._mine
 
 
 class ContextfoldMemoryStore:
@@ -136,7 +283,7 @@ class ContextfoldMemoryStore:
     def __init__(
         self,
         store: str,
-        client: Client | None = None,
+        client: AsyncClient | None = None,
         *,
         target: str | None = None,
         name: str | None = None,
@@ -157,7 +304,7 @@ class ContextfoldMemoryStore:
         self.max_search_results = max_search_results
         self.writable = writable
         self.extraction = extraction
-        self._client = client or Client(target)
+        self._clients = _LoopClients(client, target, timeout)
         self._scope = dict(scope or {})
         self._min_score = min_score
         self._filter = dict(filter) if filter else None
@@ -167,8 +314,7 @@ class ContextfoldMemoryStore:
 
     async def search(self, query: str, options: SearchOptions | None = None) -> list[MemoryEntry]:
         limit = (options or {}).get("max_search_results") or self.max_search_results or 0
-        results = await asyncio.to_thread(
-            self._client.search_memories,
+        results = await self._clients.get().search_memories(
             query,
             stores=[self.store],
             max_results=limit,
@@ -181,8 +327,7 @@ class ContextfoldMemoryStore:
     async def add_messages(self, messages: Sequence[Mapping[str, Any]], context: Any = None) -> int:
         """Remember the conversation's turns (server-side extraction): how many memories were added
         or updated. Turns remembered before are skipped, so a retried batch stores nothing twice."""
-        done = await asyncio.to_thread(
-            self._client.remember,
+        done = await self._clients.get().remember(
             self.store,
             list(messages),
             scope=self._scope or None,
@@ -195,8 +340,12 @@ class ContextfoldMemoryStore:
         memory: dict[str, Any] = {"id": self.entry_id(content, metadata), "content": content, **self._scope}
         if metadata:
             memory["metadata"] = metadata
-        (added,) = await asyncio.to_thread(self._client.add_memories, self.store, [memory])
+        (added,) = await self._clients.get().add_memories(self.store, [memory])
         return added.id
+
+    async def close(self) -> None:
+        """Close the client this store made (a client passed in is the caller's to close)."""
+        await self._clients.close()
 
     def entry_id(self, content: str, metadata: Mapping[str, Any] | None = None) -> str:
         """The id `add` gives this entry: the same in the TypeScript store, so both share entries."""

@@ -35,8 +35,8 @@ import {
   type SearchOptions,
 } from "@strands-agents/sdk";
 import type { ExtractionConfig } from "@strands-agents/sdk";
-import { ContextfoldClient, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
-import { toProtoMessages, type BlockData, type MessageData } from "./convert.js";
+import { ContextfoldClient, injectRequest, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
+import { toProtoMessages, type BlockData, type InjectedBlockData, type MessageData } from "./convert.js";
 import { filterMessage, type FilterData } from "./filter.js";
 import type { InjectionReport } from "./gen/contextfold/v1/injection_pb.js";
 import { MemorySchema, type Filter } from "./gen/contextfold/v1/memory_pb.js";
@@ -46,16 +46,36 @@ export interface Warn {
   warn(message: string): void;
 }
 
-export interface ContextInjectionOptions extends Omit<InjectOptions, "appState" | "agent"> {
-  /** A client to share; otherwise one is made from `address`. */
+/** A setting given as it is, or derived from the agent at each call (see `fromState`). */
+export type PerCall<T> = T | ((agent: LocalAgent) => T | undefined);
+
+/**
+ * Read a call's setting from the agent's state: `scope: fromState("user")` uses whatever
+ * `agent.appState.get("user")` holds at that call (a scope; for `stores`, a list of names).
+ */
+export function fromState<T>(key: string): (agent: LocalAgent) => T | undefined {
+  return (agent) => agent.appState.get(key) as T | undefined;
+}
+
+export interface ContextInjectionOptions extends Omit<InjectOptions, "appState" | "agent" | "scope" | "stores"> {
+  /** Tells instances apart (default `"contextfold:injection"`): several may serve one agent. */
+  name?: string;
+  /** A client to share (the caller closes it); otherwise one is made from `address`. */
   client?: ContextfoldClient;
   address?: ClientOptions["address"];
+  /** Only entries of this user, agent and session: fixed, or derived at each call. */
+  scope?: PerCall<ScopeData>;
+  /** Memory stores to search: fixed, or derived at each call. */
+  stores?: PerCall<string[]>;
   /** How long each model call waits for contextfold, in milliseconds (default 1000). */
   timeoutMs?: number;
-  /** Receives each call's report: what was injected, or why not. */
+  /** Receives each call's report: what was injected, or why not. What it throws is logged. */
   onReport?: (report: InjectionReport) => void;
   logger?: Warn;
 }
+
+/** The agent's state key under which every ContextInjection keeps what it injected, by its name. */
+export const STATE_KEY = "contextfold";
 
 /** A block the service added, as the SDK holds it: an injected block is the text it carries. */
 function shown(block: BlockData): ContentBlock {
@@ -70,18 +90,116 @@ function agentName(agent: LocalAgent): string {
   return typeof name === "string" ? name : "";
 }
 
+function perCall<T>(setting: PerCall<T> | undefined, agent: LocalAgent): T | undefined {
+  return typeof setting === "function" ? (setting as (agent: LocalAgent) => T | undefined)(agent) : setting;
+}
+
+interface InjectedRecord {
+  /** Where the message was when the blocks were folded into it. */
+  index: number;
+  /** The message's fingerprint (see `Ledger`). */
+  message: string;
+  blocks: InjectedBlockData[];
+}
+
+async function sha256(text: string): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * What each ContextInjection of an agent injected, kept in the agent's state (JSON):
+ * `{ [plugin name]: [{ index, message: fingerprint, blocks: [injected block] }] }`.
+ *
+ * A record belongs to the message with its fingerprint (a hash of the message as the agent holds
+ * it, without the text other instances folded in this call), at its index when that still
+ * matches: a conversation manager that trims the history moves or drops messages, and a record
+ * whose message is gone is dropped with it (the model no longer sees its entries).
+ */
+class Ledger {
+  readonly entries: Record<string, InjectedRecord[]>;
+  private readonly folded: Set<string>;
+  private mine: InjectedRecord[];
+
+  constructor(
+    state: unknown,
+    private readonly name: string,
+  ) {
+    this.entries = { ...((state ?? {}) as Record<string, InjectedRecord[]>) };
+    this.mine = this.entries[name] ?? [];
+    // The texts of the blocks other instances fold (those before this one did, in this call).
+    this.folded = new Set(
+      Object.entries(this.entries)
+        .filter(([key]) => key !== name)
+        .flatMap(([, records]) => records.flatMap((record) => record.blocks.map((block) => block.text))),
+    );
+  }
+
+  private own(message: MessageData): BlockData[] {
+    return message.content.filter((block) => typeof block.text !== "string" || !this.folded.has(block.text));
+  }
+
+  async fingerprint(message: MessageData): Promise<string> {
+    return (await sha256(canonicalJson([message.role, this.own(message)] as unknown as JsonValue))).slice(0, 32);
+  }
+
+  /**
+   * The conversation as this instance's service call should read it (its own earlier blocks as
+   * the injected blocks they are; the other instances' left out, so they neither feed the query
+   * nor count as this instance's), and each message's own earlier blocks, to show the model.
+   */
+  async conversation(messages: MessageData[]): Promise<{ sent: MessageData[]; earlier: Map<number, InjectedBlockData[]> }> {
+    const fingerprints = await Promise.all(messages.map((message) => this.fingerprint(message)));
+    const earlier = new Map<number, InjectedBlockData[]>();
+    const kept: InjectedRecord[] = [];
+    for (const record of this.mine) {
+      let index = record.index;
+      if (!(index >= 0 && index < messages.length && fingerprints[index] === record.message)) {
+        index = fingerprints.indexOf(record.message);
+      }
+      if (index >= 0 && !earlier.has(index)) {
+        earlier.set(index, record.blocks);
+        kept.push({ ...record, index });
+      }
+    }
+    this.mine = kept;
+    this.entries[this.name] = kept;
+    const sent = messages.map((message, index) => ({
+      ...message,
+      content: [...this.own(message), ...(earlier.get(index) ?? []).map((block) => ({ injected: { ...block } }))],
+    }));
+    return { sent, earlier };
+  }
+
+  /** Keep the blocks just folded into `message` (at `index`). */
+  async note(message: MessageData, index: number, blocks: InjectedBlockData[]): Promise<void> {
+    if (blocks.length === 0) return;
+    const record = this.mine.find((candidate) => candidate.index === index);
+    if (record !== undefined) record.blocks = [...record.blocks, ...blocks];
+    else this.mine.push({ index, message: await this.fingerprint(message), blocks });
+  }
+}
+
 export class ContextInjection implements Plugin {
-  readonly name = "contextfold:injection";
+  readonly name: string;
   private readonly client: ContextfoldClient;
+  private readonly ownsClient: boolean;
   private readonly options: InjectOptions;
+  private readonly scope?: PerCall<ScopeData>;
+  private readonly stores?: PerCall<string[]>;
   private readonly timeoutMs: number;
   private readonly onReport?: (report: InjectionReport) => void;
   private readonly logger: Warn;
 
   constructor(options: ContextInjectionOptions = {}) {
-    const { client, address, timeoutMs, onReport, logger, ...inject } = options;
+    const { name, client, address, scope, stores, timeoutMs, onReport, logger, ...inject } = options;
+    injectRequest([], inject); // bad options throw here, not on the first turn
+    this.name = name ?? "contextfold:injection";
+    this.ownsClient = client === undefined;
     this.client = client ?? new ContextfoldClient({ address });
     this.options = inject;
+    this.scope = scope;
+    this.stores = stores;
     this.timeoutMs = timeoutMs ?? 1000;
     this.onReport = onReport;
     this.logger = logger ?? console;
@@ -91,32 +209,61 @@ export class ContextInjection implements Plugin {
     agent.addMiddleware(InvokeModelStage.Input, (context) => this.fold(context));
   }
 
+  /** Close the client this plugin made (a client passed in is the caller's to close). */
+  close(): void {
+    if (this.ownsClient) this.client.close();
+  }
+
   private async fold(context: InvokeModelContext): Promise<InvokeModelContext> {
-    const { agent } = context;
-    let result;
     try {
-      result = await this.client.inject(
-        context.messages.map((message) => message.toJSON() as unknown as MessageData),
-        { ...this.options, appState: agent.appState.getAll() as JsonObject, agent: { id: agent.id, name: agentName(agent) } },
-        { timeoutMs: this.timeoutMs },
-      );
+      return await this.folded(context);
     } catch (error) {
       this.logger.warn(`contextfold inject failed: ${(error as Error).message}; the model sees the conversation as it was`);
       return context;
     }
-    this.onReport?.(result.report);
+  }
+
+  private async folded(context: InvokeModelContext): Promise<InvokeModelContext> {
+    const { agent } = context;
+    const { [STATE_KEY]: state, ...appState } = agent.appState.getAll();
+    const ledger = new Ledger(state, this.name);
+    const messages = context.messages.map((message) => message.toJSON() as unknown as MessageData);
+    const { sent, earlier } = await ledger.conversation(messages);
+    const result = await this.client.inject(
+      sent,
+      {
+        ...this.options,
+        scope: perCall(this.scope, agent),
+        stores: perCall(this.stores, agent),
+        appState: appState as JsonObject,
+        agent: { id: agent.id, name: agentName(agent) },
+      },
+      { timeoutMs: this.timeoutMs },
+    );
+    try {
+      this.onReport?.(result.report);
+    } catch (error) {
+      this.logger.warn(`contextfold onReport threw: ${(error as Error).message}; injection goes on`);
+    }
     const index = result.report.targetMessageIndex;
-    if (index < 0 || index >= context.messages.length) return context;
-    const original = context.messages[index];
-    const added = result.messages[index].content.slice(original.content.length).map(shown);
-    const folded = [...context.messages];
-    folded[index] = new Message({
-      role: original.role,
-      content: [...original.content, ...added],
-      trackingId: original.trackingId,
-      ...(original.metadata !== undefined && { metadata: original.metadata }),
+    const added = index >= 0 && index < sent.length ? result.messages[index].content.slice(sent[index].content.length) : [];
+    if (added.length > 0) await ledger.note(messages[index], index, added.map((block) => block.injected as unknown as InjectedBlockData));
+    agent.appState.set(STATE_KEY, ledger.entries);
+    const folded = context.messages.map((original, position) => {
+      const blocks = [
+        ...(earlier.get(position) ?? []).map((block) => new TextBlock(block.text)),
+        ...(position === index ? added.map(shown) : []),
+      ];
+      if (blocks.length === 0) return original;
+      return new Message({
+        role: original.role,
+        content: [...original.content, ...blocks],
+        trackingId: original.trackingId,
+        ...(original.metadata !== undefined && { metadata: original.metadata }),
+      });
     });
-    const trailing = index === folded.length - 1 ? added.length : 0;
+    const last = folded.length - 1;
+    const trailing = last >= 0 ? folded[last].content.length - context.messages[last].content.length : 0;
     return { ...context, messages: folded, dynamicTrailingBlocks: (context.dynamicTrailingBlocks ?? 0) + trailing };
   }
 }
@@ -124,6 +271,7 @@ export class ContextInjection implements Plugin {
 export interface ContextfoldMemoryStoreOptions {
   /** The contextfold store. */
   store: string;
+  /** A client to share (the caller closes it); otherwise one is made from `address`. */
   client?: ContextfoldClient;
   address?: ClientOptions["address"];
   /** What the agent's tools call it (default: `store`). */
@@ -178,6 +326,7 @@ export class ContextfoldMemoryStore implements MemoryStore {
   readonly extraction?: boolean | ExtractionConfig;
   readonly store: string;
   private readonly client: ContextfoldClient;
+  private readonly ownsClient: boolean;
   private readonly scope: ScopeData;
   private readonly minScore?: number;
   private readonly filter?: Filter;
@@ -192,6 +341,7 @@ export class ContextfoldMemoryStore implements MemoryStore {
     this.maxSearchResults = options.maxSearchResults;
     this.writable = options.writable ?? true;
     this.extraction = options.extraction;
+    this.ownsClient = options.client === undefined;
     this.client = options.client ?? new ContextfoldClient({ address: options.address });
     this.scope = options.scope ?? {};
     this.minScore = options.minScore;
@@ -255,6 +405,11 @@ export class ContextfoldMemoryStore implements MemoryStore {
     return response.memories.length;
   }
 
+  /** Close the client this store made (a client passed in is the caller's to close). */
+  close(): void {
+    if (this.ownsClient) this.client.close();
+  }
+
   /** The id `add` gives this entry: the same in the Python store, so both share entries. */
   async entryId(content: string, metadata?: Record<string, JsonValue>): Promise<string> {
     const scope: Record<string, string> = {};
@@ -263,8 +418,6 @@ export class ContextfoldMemoryStore implements MemoryStore {
       if (value) scope[name] = value;
     }
     const key = canonicalJson([this.store, scope, content, metadata ?? {}]);
-    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(key)));
-    const hex = Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
-    return `strands-${hex.slice(0, 32)}`;
+    return `strands-${(await sha256(key)).slice(0, 32)}`;
   }
 }

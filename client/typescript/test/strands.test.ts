@@ -25,7 +25,8 @@ import {
   type StreamOptions,
 } from "@strands-agents/sdk";
 import type { InjectionReport } from "../src/index.js";
-import { ContextfoldMemoryStore, ContextInjection } from "../src/strands.js";
+import type { ScopeData } from "../src/client.js";
+import { ContextfoldMemoryStore, ContextInjection, fromState } from "../src/strands.js";
 import { address, closedPort, Fixture, silentServer, unique } from "./support.js";
 
 type Reply = string | { say?: string; tool: string; input: Record<string, unknown> } | ((system: string) => string);
@@ -122,11 +123,120 @@ test("the model sees the memory block, and the agent's history stays as it was s
 
   await agent.invoke("Which editor do I use?");
   const second = model.inputs[1];
-  assert.deepEqual(texts(second[0]), ["Which editor theme should I pick?"]);
-  const [ask, memory] = texts(second.at(-1)!);
-  assert.equal(ask, "Which editor do I use?");
-  assert.match(memory, /User edits code in vim/);
-  assert.doesNotMatch(memory, /Bob/);
+  // What was injected stays with its message, as an InjectedBlock kept in the history would, and
+  // the service leaves those entries out: the new turn gets the one not yet shown.
+  assert.deepEqual(texts(second[0]), texts(model.inputs[0].at(-1)!));
+  assert.deepEqual(texts(second.at(-1)!), [
+    "Which editor do I use?",
+    `\n\n<memory>\n<entry source="${prefs}">User edits code in vim</entry>\n</memory>`,
+  ]);
+  const firstIds = reports[0].entries.map((entry) => entry.id);
+  assert.ok(!firstIds.includes(reports[1].entries[0].id));
+  assert.deepEqual(texts(agent.messages[2].toJSON()), ["Which editor do I use?"]);
+  const ledger = agent.appState.get("contextfold") as Record<string, { index: number; blocks: { entryIds: string[] }[] }[]>;
+  assert.deepEqual(
+    ledger["contextfold:injection"].map(({ index, blocks }) => [index, blocks.map((block) => block.entryIds)]),
+    [
+      [0, [firstIds]],
+      [2, [[reports[1].entries[0].id]]],
+    ],
+  );
+  injection.close();
+});
+
+test("a listener that throws does not keep the memory from the model", async () => {
+  const warnings: string[] = [];
+  const model = new ScriptedModel(["Dark it is."]);
+  const injection = new ContextInjection({
+    address,
+    stores: [prefs],
+    scope: { userId: "ana" },
+    onReport: () => {
+      throw new Error("the listener's own bug");
+    },
+    logger: { warn: (message) => warnings.push(message) },
+  });
+  await new Agent({ model, plugins: [injection], printer: false }).invoke("Which editor theme should I pick?");
+  assert.match(texts(model.inputs[0].at(-1)!)[1], /User prefers dark mode in every editor/);
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0], /the listener's own bug/);
+  injection.close();
+});
+
+test("several instances each fold their own block and never search with the others'", async () => {
+  const travel = await fixture.store("travel", [
+    { content: "User flies from Lisbon airport" },
+    { content: "User prefers aisle seats on planes" },
+  ]);
+  const prefsReports: InjectionReport[] = [];
+  const travelReports: InjectionReport[] = [];
+  const plugins = [
+    new ContextInjection({
+      name: "contextfold:prefs",
+      client: cf,
+      stores: [prefs],
+      scope: { userId: "ana" },
+      maxEntries: 1,
+      onReport: (report) => prefsReports.push(report),
+    }),
+    new ContextInjection({
+      name: "contextfold:travel",
+      client: cf,
+      stores: [travel],
+      maxEntries: 1,
+      format: "bullets",
+      onReport: (report) => travelReports.push(report),
+    }),
+  ];
+  const model = new ScriptedModel(["Booked.", "Done."]);
+  const agent = new Agent({ model, plugins, printer: false });
+
+  const ask = "Book my flight and set up the editor theme on my laptop";
+  await agent.invoke(ask);
+  const first = texts(model.inputs[0].at(-1)!);
+  assert.equal(first[0], ask);
+  assert.match(first[1], /^\n\n<memory>/);
+  assert.match(first[2], /^\n\n- /);
+  assert.deepEqual(
+    [...prefsReports, ...travelReports].map((report) => report.query),
+    [ask, ask],
+  );
+
+  await agent.invoke("Anything else I should know for the trip or the editor?");
+  const second = model.inputs[1];
+  assert.deepEqual(texts(second[0]), first);
+  const latest = texts(second.at(-1)!);
+  assert.equal(latest.length, 3);
+  assert.ok(latest.slice(1).every((block) => !first.includes(block)));
+  for (const reports of [prefsReports, travelReports]) {
+    assert.notEqual(reports[1].entries[0].id, reports[0].entries[0].id);
+  }
+});
+
+test("scope and stores come from the agent's state at each call", async () => {
+  const bobs = (await cf.memory.listMemories({ store: prefs, scope: { userId: "bob" } })).memories.map((memory) => memory.id);
+  const reports: InjectionReport[] = [];
+  const injection = new ContextInjection({
+    client: cf,
+    stores: (agent) => agent.appState.get("stores") as string[],
+    scope: fromState<ScopeData>("user"),
+    maxEntries: 1,
+    onReport: (report) => reports.push(report),
+  });
+  const agent = new Agent({
+    model: new ScriptedModel(["Light.", "Dark."]),
+    plugins: [injection],
+    appState: { user: { userId: "bob" }, stores: [prefs] },
+    printer: false,
+  });
+  await agent.invoke("Which themes do I like?");
+  agent.appState.set("user", { userId: "ana" });
+  await agent.invoke("Which themes do I like, again?");
+  assert.deepEqual(
+    reports[0].entries.map((entry) => entry.id),
+    bobs,
+  );
+  assert.ok(reports[1].entries.length === 1 && !bobs.includes(reports[1].entries[0].id));
 });
 
 test("a tool-result turn is not a user turn, unless the trigger is everyTurn", async () => {
