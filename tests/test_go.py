@@ -1,7 +1,7 @@
 """The Go client (client/go), built with Debian's Go and gRPC-Go packages, against live servers.
 
 The package's own tests (`go test`) run against this session's server and one that requires API
-keys; the example runs as its comment says. GOPATH mode, from /usr/share/gocode, so nothing is
+keys; the README's example runs as printed. GOPATH mode, from /usr/share/gocode, so nothing is
 downloaded; `make test` installs the packages (see the Makefile's GO_PACKAGES).
 """
 
@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from contextfold import Client
@@ -18,6 +19,7 @@ from contextfold.errors import Unauthenticated
 
 from .polling import wait_for
 from .servers import ROOT, Postgres, ServerProcess, start_server
+from .test_readme import blocks, section
 from .test_tenancy import keys
 
 GO_CLIENT = ROOT / "client" / "go"
@@ -91,10 +93,16 @@ def test_the_go_tests_pass_against_live_servers(
     assert len(passed) == 6 and "--- FAIL" not in output, output
 
 
-def test_the_go_example_runs_as_its_comment_says(go_env: dict[str, str], server: ServerProcess) -> None:
-    output = go({**go_env, "CONTEXTFOLD_ADDRESS": server.address}, "run", f"{IMPORT_PATH}/examples/inject")
-    lines = output.splitlines()
-    assert lines[:2] == ["injected: true (1 entries)", '"Set up my new editor, please."'], output
-    entry = r'<entry source=\\"go-example-\d+\\">User prefers dark mode in every editor</entry>'
-    block = rf'"\\n\\n<memory>\\n{entry}\\n</memory>"'
-    assert re.fullmatch(block, lines[2]), output
+def test_the_readmes_go_example_runs_as_printed_and_prints_what_typescript_and_python_print(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    text = section("From any language")
+    assert blocks(text, "go")[0] == (GO_CLIENT / "examples" / "inject" / "main.go").read_text()
+    (command,) = [block for block in blocks(text, "sh") if "go run" in block]
+    run = subprocess.run(
+        ["bash", "-euc", command.replace("/tmp/contextfold-go", str(tmp_path / "gopath"))],
+        cwd=ROOT, env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == blocks(text, "text")[0]

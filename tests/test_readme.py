@@ -72,7 +72,9 @@ def test_from_any_language_typescript_and_python_run_as_printed_and_print_the_sa
 
 def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
     text = section("From any language")
-    command = blocks(text, "sh")[2].replace("localhost:50051", server.address)
+    (command,) = [
+        block.replace("localhost:50051", server.address) for block in blocks(text, "sh") if "buf curl" in block
+    ]
     subprocess.run(
         [sys.executable, str(ROOT / "examples" / "inject.py")],
         check=True,

@@ -263,6 +263,24 @@ def test_scope_and_stores_come_from_the_agents_state_at_each_call(server, client
     assert reports[1].entries and reports[1].entries[0].id not in bobs
 
 
+def test_a_message_trimmed_from_the_history_takes_its_record_with_it(server, prefs: str) -> None:
+    reports: list[Any] = []
+    injection = ContextInjection(
+        target=server.address, stores=[prefs], scope={"user_id": "ana"}, max_entries=1, on_report=reports.append
+    )
+    model = ScriptedModel(["Solarized.", "Still Solarized."])
+    agent = Agent(model=model, plugins=[injection], callback_handler=None)
+    agent("Which editor theme should I pick?")
+    del agent.messages[:2]  # as a conversation manager trims the history
+    agent("Tell me again, which editor theme should I pick?")
+
+    # The model no longer sees the first block, so its entry may come back.
+    assert [texts(message)[0] for message in model.inputs[1]] == ["Tell me again, which editor theme should I pick?"]
+    assert reports[1].entries[0].id == reports[0].entries[0].id
+    (record,) = agent.state.get("contextfold")["contextfold:injection"]
+    assert record["index"] == 0 and record["blocks"][0]["entryIds"] == [reports[1].entries[0].id]
+
+
 def established(port: int) -> int:
     """This process's open connections to `port`."""
     return sum(

@@ -19,6 +19,7 @@ import {
   ModelMessageStopEvent,
   tool,
   type BaseModelConfig,
+  type ContentBlockData,
   type Message,
   type MessageData,
   type ModelStreamEvent,
@@ -237,6 +238,30 @@ test("scope and stores come from the agent's state at each call", async () => {
     bobs,
   );
   assert.ok(reports[1].entries.length === 1 && !bobs.includes(reports[1].entries[0].id));
+});
+
+test("where the fold deliberately differs from this SDK's: no blank line before memory in a message without text", async () => {
+  // The SDK's own injection, with a store that returns the entry contextfold injects; both
+  // search with the same query, since the message has no text to derive one from.
+  const content = "User prefers dark mode in every editor";
+  const image = { image: { format: "png", source: { bytes: new Uint8Array([137, 80, 78, 71]) } } };
+  const fixed = { name: prefs, writable: false, search: async () => [{ content }] };
+  const model = new ScriptedModel(["Noted."]);
+  const memoryManager = new MemoryManager({ stores: [fixed], injection: { query: () => "dark mode in the editor" } });
+  await new Agent({ model, memoryManager, printer: false }).invoke([image] as ContentBlockData[]);
+  const sdk = texts(model.inputs[0].at(-1)!);
+
+  const { report, messages } = await cf.inject([{ role: "user", content: [image] }], {
+    stores: [prefs],
+    scope: { userId: "ana" },
+    query: "dark mode in the editor",
+    maxEntries: 1,
+  });
+  assert.equal(report.entries.length, 1);
+  const ours = (messages[0].content[1].injected as { text: string }).text;
+  assert.equal(ours, `<memory>\n<entry source="${prefs}">${content}</entry>\n</memory>`);
+  // The SDK separates after any block; the Python SDK, and contextfold, only after a text block.
+  assert.deepEqual(sdk, [`\n\n${ours}`]);
 });
 
 test("a tool-result turn is not a user turn, unless the trigger is everyTurn", async () => {

@@ -1,15 +1,16 @@
-// Inject from Go: create a store, remember a fact, and fold it into a user's turn.
-//
-//	make run                                   # the service, on localhost:50051
-//	go run ./examples/inject                   # in client/go (CONTEXTFOLD_ADDRESS to point elsewhere)
+// Inject from Go: fold what memory knows into a conversation before the model sees it.
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
-	"time"
+	"os"
+	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	contextfold "contextfold.dev/go"
@@ -17,43 +18,49 @@ import (
 )
 
 func main() {
-	cf, err := contextfold.Dial(contextfold.Options{Timeout: 5 * time.Second})
+	cf, err := contextfold.Dial(contextfold.Options{}) // CONTEXTFOLD_ADDRESS, else localhost:50051
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cf.Close()
 	ctx := context.Background()
 
-	store := fmt.Sprintf("go-example-%d", time.Now().UnixNano())
-	if _, err := cf.Memory.CreateStore(ctx, &contextfoldv1.CreateStoreRequest{Store: &contextfoldv1.Store{Name: store}}); err != nil {
+	_, err = cf.Memory.CreateStore(ctx, &contextfoldv1.CreateStoreRequest{Store: &contextfoldv1.Store{Name: "readme-prefs"}})
+	var cfErr *contextfold.Error
+	if err != nil && !(errors.As(err, &cfErr) && cfErr.Code == codes.AlreadyExists) {
 		log.Fatal(err)
 	}
 	_, err = cf.Memory.AddMemories(ctx, &contextfoldv1.AddMemoriesRequest{
-		Store:    store,
-		Memories: []*contextfoldv1.Memory{{Content: "User prefers dark mode in every editor", UserId: "ada"}},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	messages := []contextfold.Message{contextfold.UserMessage("Set up my new editor, please.")}
-	result, err := cf.Inject(ctx, messages, &contextfoldv1.InjectRequest{
-		Memory: &contextfoldv1.MemoryOptions{
-			Stores:     []string{store},
-			MaxEntries: proto.Int32(3),
-			Scope:      &contextfoldv1.Scope{UserId: "ada"},
+		Store: "readme-prefs",
+		Memories: []*contextfoldv1.Memory{
+			{Id: "ada-theme", Content: "Ada likes the Solarized Dark theme", UserId: "ada"},
+			{Id: "ada-editor", Content: "Ada writes code in Helix", UserId: "ada"},
 		},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("injected: %v (%d entries)\n", result.Report.GetInjected(), len(result.Report.GetEntries()))
-	// Keep result.Messages (injected blocks included) as the agent's history; send the model:
-	for _, block := range contextfold.ForModel(result.Messages)[0].Content {
-		fmt.Printf("%q\n", block["text"])
-	}
 
-	if _, err := cf.Memory.DeleteStore(ctx, &contextfoldv1.DeleteStoreRequest{Name: store, Force: true}); err != nil {
+	result, err := cf.Inject(ctx,
+		[]contextfold.Message{contextfold.UserMessage("Which theme should I use in my editor?")},
+		&contextfoldv1.InjectRequest{Memory: &contextfoldv1.MemoryOptions{
+			Stores:     []string{"readme-prefs"},
+			Scope:      &contextfoldv1.Scope{UserId: "ada"},
+			MaxEntries: proto.Int32(1),
+		}},
+	)
+	if err != nil {
 		log.Fatal(err)
 	}
+	out := json.NewEncoder(os.Stdout)
+	out.SetEscapeHTML(false)
+	out.SetIndent("", "  ")
+	if err := out.Encode(contextfold.ForModel(result.Messages)); err != nil {
+		log.Fatal(err)
+	}
+	var ids []string
+	for _, entry := range result.Report.GetEntries() {
+		ids = append(ids, entry.GetId())
+	}
+	fmt.Printf("injected %s for %q\n", strings.Join(ids, ", "), result.Report.GetQuery())
 }
