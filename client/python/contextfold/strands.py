@@ -278,6 +278,9 @@ class ContextfoldMemoryStore:
     to `add_messages`: the service's Remember stores the user's turns (never
     injected context), each once, or with `remember_extract` the facts the server's
     extractor finds in them, correcting what is kept.
+
+    Calls go through `client` (an `AsyncClient`, the caller's to close), else one the store
+    makes per event loop, with `timeout` (seconds) as its deadline; `close()` closes it.
     """
 
     def __init__(
