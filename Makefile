@@ -66,10 +66,11 @@ test: $(DEV_READY) $(TS_READY) $(GO_READY)
 
 ## bench: Inject against its floor and mem0 at 10,000 and 100,000 entries; health beside heavy requests;
 ## the fan-out; CEL libraries compared; each ranking's recall, MRR and cost on the labelled sets;
-## filtered search (latency, recall) and update throughput.
+## filtered search (latency, recall) and update throughput; searches/s with a read replica beside the primary.
 bench: $(BENCH_READY)
 	$(BIN)/python -m bench.retrieval
 	$(BIN)/python -m bench.lifecycle
+	$(BIN)/python -m bench.replicas
 	$(BIN)/python -m bench.inject
 	$(BIN)/python -m bench.neighbours
 	$(BIN)/python -m bench.fanout

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import psutil
+import psycopg
 from contextfold_server.postgres.embedded import EmbeddedPostgres
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -168,3 +169,32 @@ class Postgres:
     def cleanup(self) -> None:
         self._server.stop()
         shutil.rmtree(self._server.data_dir, ignore_errors=True)
+
+    def standby(self, data_dir: Path) -> Postgres:
+        """A streaming replica of this server, started: a base backup of it (`pg_basebackup -R`, from
+        the bundled binaries) that replays its changes as they come."""
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        backup = POSTGRES_BIN_PATH / "pg_basebackup"
+        subprocess.run(
+            [str(backup), "-D", str(data_dir), "-d", self.url, "-R", "-X", "stream", "-c", "fast"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        # The copy holds what is the primary's own: its socket's lock file and its log.
+        for leftover in [*data_dir.glob(".s.PGSQL.*"), data_dir / "log"]:
+            leftover.unlink(missing_ok=True)
+        user = self._server.system_user
+        if user is not None:
+            for folder, _, files in os.walk(data_dir):
+                for path in (folder, *(os.path.join(folder, name) for name in files)):
+                    shutil.chown(path, user, user)
+        return Postgres(data_dir)
+
+    def log(self) -> str:
+        return (self._server.data_dir / "log").read_text(errors="replace")
+
+    def query(self, statement: str, params: tuple = ()) -> list[tuple]:
+        """Run one statement as the superuser; its rows."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cursor = conn.execute(statement, params)
+            return cursor.fetchall() if cursor.description else []

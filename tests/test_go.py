@@ -28,8 +28,11 @@ IMPORT_PATH = "contextfold.dev/go"
 
 @pytest.fixture(scope="module")
 def go_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return gopath_env(tmp_path_factory.mktemp("gopath"))
+
+
+def gopath_env(gopath: Path) -> dict[str, str]:
     """A GOPATH holding the package under its import path, beside Debian's Go sources."""
-    gopath = tmp_path_factory.mktemp("gopath")
     (gopath / "src" / "contextfold.dev").mkdir(parents=True)
     (gopath / "src" / IMPORT_PATH).symlink_to(GO_CLIENT)
     return {

@@ -10,7 +10,8 @@
 //	// result.Messages holds the folded conversation; contextfold.ForModel(result.Messages)
 //	// is what the model should see.
 //
-// Every call gets the client's deadline unless its context has one, carries the API key, and
+// Every call gets the client's deadline unless its context has one, carries the API key and the
+// latest read-your-writes token (so reads on a read replica see this client's writes), and
 // fails with an *Error holding the gRPC status and its decoded google.rpc details. Calls that
 // change nothing (NO_SIDE_EFFECTS in the protos: Inject, searches, gets and lists) are tried
 // again, up to three attempts within their deadline, when the connection fails them; writes
@@ -82,6 +83,7 @@ func Dial(options Options) (*Client, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
+	position := &readPosition{}
 	transport := grpc.WithInsecure() //nolint:staticcheck // insecure.NewCredentials needs gRPC-Go 1.34; this works in every release.
 	if options.TLS != nil {
 		transport = grpc.WithTransportCredentials(credentials.NewTLS(options.TLS))
@@ -94,9 +96,10 @@ func Dial(options Options) (*Client, error) {
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		// Outermost first: errors are decoded once, after the retries, which share the deadline.
-		grpc.WithChainUnaryInterceptor(decodeUnaryErrors, defaultDeadline(timeout), RetrySafeCalls),
-		grpc.WithChainStreamInterceptor(decodeStreamErrors),
+		// Outermost first: errors are decoded once, after the retries, which share the deadline;
+		// every attempt carries the latest read-your-writes token.
+		grpc.WithChainUnaryInterceptor(decodeUnaryErrors, defaultDeadline(timeout), RetrySafeCalls, position.unary),
+		grpc.WithChainStreamInterceptor(decodeStreamErrors, position.stream),
 	}
 	if apiKey != "" {
 		dialOptions = append(dialOptions, grpc.WithPerRPCCredentials(bearer{key: apiKey, secure: options.TLS != nil}))

@@ -321,3 +321,37 @@ func TestTheAPIKeyGoesWithEveryCall(t *testing.T) {
 		t.Fatalf("with CONTEXTFOLD_API_KEY: %v", err)
 	}
 }
+
+// Run by tests/test_replicas.py against a server with a read replica whose replay it has paused
+// (CONTEXTFOLD_REPLICATED=1); elsewhere there is no replica to read from.
+func TestAClientReadsItsOwnWritesWhileTheReplicaLags(t *testing.T) {
+	if os.Getenv("CONTEXTFOLD_REPLICATED") != "1" {
+		t.Skip("needs a server with a paused read replica (tests/test_replicas.py)")
+	}
+	cf := dial(t, contextfold.Options{})
+	id := unique("moved")
+	name := store(t, cf, map[string]string{id: "The office moved to Porto"})
+	question := []contextfold.Message{contextfold.UserMessage("Where is the office now?")}
+	mine, err := cf.Inject(context.Background(), question, &contextfoldv1.InjectRequest{
+		Memory: &contextfoldv1.MemoryOptions{Stores: []string{name}, MaxEntries: proto.Int32(10)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine.Report.GetDatabase() != "primary" || !reflect.DeepEqual(injectedIDs(mine.Report), []string{id}) {
+		t.Fatalf("the writer read from %q: %v", mine.Report.GetDatabase(), injectedIDs(mine.Report))
+	}
+	theirs, err := dial(t, contextfold.Options{}).Memory.SearchMemories(context.Background(),
+		&contextfoldv1.SearchMemoriesRequest{Query: "where is the office now", MaxResults: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if theirs.GetDatabase() != "replica-1" {
+		t.Fatalf("another client read from %q", theirs.GetDatabase())
+	}
+	for _, result := range theirs.GetResults() {
+		if result.GetMemory().GetId() == id {
+			t.Fatal("the replica had the entry its replay was paused before")
+		}
+	}
+}

@@ -51,6 +51,11 @@ class Config:
     auth: str
     # The schema owner's URL, when requests log in as a role of their own ("": the same as database_url).
     database_migration_url: str
+    # Streaming replicas of database_url that serve reads (postgres/replicas.py), how far behind one
+    # may be and still serve, and how often each worker checks them.
+    database_read_urls: tuple[str, ...]
+    replica_max_lag_seconds: float
+    replica_check_seconds: float
     # Where providers may be dialled (`providers/egress.py`): host patterns, networks, unix: paths.
     provider_targets: str
     workers: int
@@ -197,6 +202,22 @@ def parse_config(argv: list[str] | None = None) -> Config:
     option("--tls-cert-file", Path)
     option("--tls-key-file", Path)
     option("--tls-client-ca-file", Path, help="require client certificates signed by this CA (mutual TLS)")
+    read_urls = os.environ.get("CONTEXTFOLD_DATABASE_READ_URL", "").split()
+    parser.add_argument(
+        "--database-read-url",
+        action="append",
+        default=None,
+        help="a streaming replica of --database-url to read from; repeat for several (searches, Inject's"
+        " search, gets and lists go to them; writes, and the reads of a write, to the primary)"
+        " ($CONTEXTFOLD_DATABASE_READ_URL: one or several, separated by spaces)",
+    )
+    option(
+        "--replica-max-lag-seconds",
+        float,
+        5.0,
+        help="a read replica further behind the primary than this is not read from until it catches up",
+    )
+    option("--replica-check-seconds", float, 1.0, help="how often each worker checks the read replicas and their lag")
     option("--max-in-flight", int, 256, help="calls served at once; more are refused with RESOURCE_EXHAUSTED")
     option("--max-message-bytes", int, 4 * 1024 * 1024, help="largest request accepted")
     option(
@@ -217,6 +238,10 @@ def parse_config(argv: list[str] | None = None) -> Config:
         parser.error("--tls-cert-file and --tls-key-file go together")
     if args.ranking == Ranking.RERANK.value and not args.reranker_url:
         parser.error("--ranking rerank needs --reranker-url")
+    if (args.database_read_url or read_urls) and not args.database_url:
+        parser.error("--database-read-url needs --database-url: the replicas' primary (the embedded one has none)")
+    if args.replica_max_lag_seconds < 0 or args.replica_check_seconds <= 0:
+        parser.error("--replica-max-lag-seconds must be 0 or more, --replica-check-seconds more than 0")
     if args.tls_client_ca_file is not None and args.tls_cert_file is None:
         parser.error("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
     return Config(
@@ -247,6 +272,9 @@ def parse_config(argv: list[str] | None = None) -> Config:
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
         auth=args.auth,
         database_migration_url=args.database_migration_url,
+        database_read_urls=tuple(args.database_read_url if args.database_read_url is not None else read_urls),
+        replica_max_lag_seconds=args.replica_max_lag_seconds,
+        replica_check_seconds=args.replica_check_seconds,
         provider_targets=args.provider_targets,
         workers=max(1, args.workers),
         model_dir=args.model_dir,

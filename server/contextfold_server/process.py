@@ -59,6 +59,7 @@ from .observe.tracing import start_tracing, stop_tracing
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database
+from .postgres.replicas import Databases
 from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
 from .providers.fanout import ProviderChannels
@@ -185,7 +186,23 @@ async def _start(
     indexes = VectorIndexes(shared.owner_url)
     running.push_async_callback(indexes.close)
     await indexes.build_missing()
-    store = PostgresMemoryStore(database, indexes.request)
+    # Reads on the read replicas, if any: the primary keeps every write and whatever must see one.
+    reading = await Databases.open(
+        database,
+        config.database_read_urls,
+        SEARCH_SETTINGS,
+        max_lag=config.replica_max_lag_seconds,
+        check_seconds=config.replica_check_seconds,
+        observe=metrics.observe_replica,
+        count_read=metrics.count_read,
+    )
+    running.push_async_callback(reading.close)
+    databases.extend(replica.database for replica in reading.replicas)
+    if reading.replicas:
+        await reading.check_replicas()
+        watching = asyncio.create_task(reading.watch())
+        running.callback(watching.cancel)
+    store = PostgresMemoryStore(reading, indexes.request)
     # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
     # keys derived from it.
     secret = await service_secret(shared.owner_url, "page_tokens")
@@ -195,7 +212,7 @@ async def _start(
         EgressPolicy.from_option,
         config.provider_targets,
         (shared.port, config.admin_port, metrics_port),
-        {shared.database_url, shared.owner_url},
+        {shared.database_url, shared.owner_url, *config.database_read_urls},
     )
     channels = ProviderChannels(policy)
     running.push_async_callback(channels.close)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,31 @@ class _Attempts:
         ):
             raise from_rpc_error(error) from None
         return backoff
+
+
+# Read your writes: a call that wrote answers with a token (its commit's place in the database's
+# log) in this trailing metadata; sent with later calls, it keeps their reads from a read replica
+# that has not caught up with it. Tokens are 16 hex digits: the greater text is the later write.
+READ_AFTER = "x-contextfold-read-after"
+
+
+class _Position:
+    """The latest write this client made, as the token it sends with every call."""
+
+    def __init__(self, base: tuple[tuple[str, str], ...]) -> None:
+        self._base = base
+        self._token = ""
+        self._lock = threading.Lock()
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        token = self._token
+        return (*self._base, (READ_AFTER, token)) if token else self._base
+
+    def note(self, trailing: Any) -> None:
+        for key, value in trailing or ():
+            if key == READ_AFTER and isinstance(value, str) and len(value) == 16:
+                with self._lock:
+                    self._token = max(self._token, value)
 
 
 def _call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
@@ -323,7 +349,7 @@ class Client:
         api_key: str | None = None,
     ) -> None:
         target = target or default_target()
-        self._metadata = _call_metadata(api_key)
+        self._position = _Position(_call_metadata(api_key))
         self._channel = channel or (
             grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
         )
@@ -337,7 +363,9 @@ class Client:
         attempts = _Attempts(call, timeout or self.timeout)
         for attempt, left in attempts:
             try:
-                return call.read(method(call.request, timeout=left, metadata=self._metadata))
+                response, rpc = method.with_call(call.request, timeout=left, metadata=self._position.metadata())
+                self._position.note(rpc.trailing_metadata())
+                return call.read(response)
             except grpc.RpcError as error:
                 time.sleep(attempts.wait_after(error, attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
@@ -446,7 +474,7 @@ class Client:
     ) -> Iterator[memory_pb2.ExportMemoriesResponse]:
         """The stores (first part), then their entries with vectors, oldest first, part by part."""
         stream = self._memory.ExportMemories(
-            _export_request(stores, scope, filter), timeout=timeout, metadata=self._metadata
+            _export_request(stores, scope, filter), timeout=timeout, metadata=self._position.metadata()
         )
         try:
             yield from stream
@@ -461,11 +489,13 @@ class Client:
     ) -> memory_pb2.ImportMemoriesResponse:
         """Import what `export_memories` gave (its parts, or `ImportMemoriesRequest`s): idempotent by id."""
         try:
-            return self._memory.ImportMemories(
-                (_import_request(part) for part in parts), timeout=timeout, metadata=self._metadata
+            response, rpc = self._memory.ImportMemories.with_call(
+                (_import_request(part) for part in parts), timeout=timeout, metadata=self._position.metadata()
             )
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+        self._position.note(rpc.trailing_metadata())
+        return response
 
     def remember(
         self,
@@ -526,7 +556,7 @@ class AsyncClient:
         api_key: str | None = None,
     ) -> None:
         target = target or default_target()
-        self._metadata = _call_metadata(api_key)
+        self._position = _Position(_call_metadata(api_key))
         self._channel = channel or (
             grpc.aio.secure_channel(target, credentials) if credentials else grpc.aio.insecure_channel(target)
         )
@@ -540,7 +570,10 @@ class AsyncClient:
         attempts = _Attempts(call, timeout or self.timeout)
         for attempt, left in attempts:
             try:
-                return call.read(await method(call.request, timeout=left, metadata=self._metadata))
+                rpc = method(call.request, timeout=left, metadata=self._position.metadata())
+                response = await rpc
+                self._position.note(await rpc.trailing_metadata())
+                return call.read(response)
             except grpc.RpcError as error:
                 await asyncio.sleep(attempts.wait_after(error, attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
@@ -632,7 +665,7 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> AsyncIterator[memory_pb2.ExportMemoriesResponse]:
         stream = self._memory.ExportMemories(
-            _export_request(stores, scope, filter), timeout=timeout, metadata=self._metadata
+            _export_request(stores, scope, filter), timeout=timeout, metadata=self._position.metadata()
         )
         try:
             async for part in stream:
@@ -656,9 +689,12 @@ class AsyncClient:
                     yield _import_request(part)
 
         try:
-            return await self._memory.ImportMemories(requests(), timeout=timeout, metadata=self._metadata)
+            rpc = self._memory.ImportMemories(requests(), timeout=timeout, metadata=self._position.metadata())
+            response = await rpc
+            self._position.note(await rpc.trailing_metadata())
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+        return response
 
     async def remember(
         self,

@@ -8,6 +8,7 @@
  * gives); `injection`, `memory` and `providers` are the generated service clients, for every
  * call as the protos define it. Failures throw `ContextfoldError`. Calls that only read are tried
  * again (up to three attempts, within their deadline) when the connection fails them; see retry.ts.
+ * Each client reads its own writes through read replicas (`readingYourWrites`).
  */
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { createClient, type CallOptions, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
@@ -161,6 +162,27 @@ export function injectRequest(messages: readonly MessageData[], options: InjectO
   });
 }
 
+/**
+ * Read your writes: a call that wrote answers with a token (its commit's place in the database's
+ * log) in this trailer; sent with later calls, it keeps their reads from a read replica that has
+ * not caught up with it. Tokens are 16 hex digits: the greater text is the later write.
+ */
+export const READ_AFTER = "x-contextfold-read-after";
+
+/** An interceptor that sends the latest token it was given with every call (one per client). */
+export function readingYourWrites(): Interceptor {
+  let latest = "";
+  return (next) => async (request) => {
+    if (latest) request.header.set(READ_AFTER, latest);
+    const response = await next(request);
+    if (!response.stream) {
+      const token = response.trailer.get(READ_AFTER);
+      if (token !== null && token.length === 16 && token > latest) latest = token;
+    }
+    return response;
+  };
+}
+
 function baseUrl(address: string): string {
   return /^https?:\/\//.test(address) ? address : `http://${address}`;
 }
@@ -189,8 +211,8 @@ export class ContextfoldClient {
         baseUrl: url,
         sessionManager: this.sessions,
         defaultTimeoutMs: options.timeoutMs ?? 10_000,
-        // Retries outermost: each attempt goes through the headers and the caller's interceptors.
-        interceptors: [retrySafeCalls, addHeaders, ...(options.interceptors ?? [])],
+        // Retries outermost: each attempt goes through the token, the headers and the caller's interceptors.
+        interceptors: [retrySafeCalls, readingYourWrites(), addHeaders, ...(options.interceptors ?? [])],
       });
     }
     this.injection = decodingErrors(createClient(InjectionService, transport));

@@ -8,6 +8,8 @@ export {
   DEFAULT_ADDRESS,
   defaultAddress,
   injectRequest,
+  READ_AFTER,
+  readingYourWrites,
   type ClientOptions,
   type InjectOptions,
   type InjectResult,

@@ -255,3 +255,27 @@ test("a call that only reads is tried again when the connection fails it; a writ
   assert.ok(Date.now() - started < 1_000, `gave up after ${Date.now() - started} ms`);
   down.close();
 });
+
+// Run by tests/test_replicas.py against a server with a read replica whose replay it has paused
+// (CONTEXTFOLD_REPLICATED=1); elsewhere there is no replica to read from.
+test("a client reads its own writes while the replica lags; another client reads the replica", {
+  skip: process.env.CONTEXTFOLD_REPLICATED !== "1",
+}, async () => {
+  const store = await fixture.store("replicated");
+  const [added] = (await cf.memory.addMemories({ store, memories: [{ content: "The office moved to Porto" }] })).memories;
+  const question: MessageData[] = [{ role: "user", content: [{ text: "Where is the office now?" }] }];
+  const mine = await cf.inject(question, { stores: [store], maxEntries: 10 });
+  assert.equal(mine.report.database, "primary");
+  assert.deepEqual(
+    mine.report.entries.map((entry) => entry.id),
+    [added.id],
+  );
+  const other = new ContextfoldClient({ address });
+  try {
+    const theirs = await other.memory.searchMemories({ query: "where is the office now", maxResults: 10 });
+    assert.equal(theirs.database, "replica-1");
+    assert.ok(!theirs.results.some((result) => result.memory?.id === added.id));
+  } finally {
+    other.close();
+  }
+});

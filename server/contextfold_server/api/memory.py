@@ -25,6 +25,7 @@ from ..memory.store import (
     PostgresMemoryStore,
     StoreRecord,
 )
+from ..postgres.consistency import CALL_POSITION
 from .caller import CALLER, caller_namespace, confined, deadline_of, key_scope
 from .checks import (
     MAX_BATCH,
@@ -182,8 +183,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in found.records]
         # The best results that fit one response: no more than a page may hold.
+        position = CALL_POSITION.get()
         return memory_pb2.SearchMemoriesResponse(
-            results=scored[: fitting(scored)], ranking=ranking_to_proto(found.ranking)
+            results=scored[: fitting(scored)],
+            ranking=ranking_to_proto(found.ranking),
+            database=position.answered_by if position is not None else "",
         )
 
     @reports_errors

@@ -22,16 +22,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from contextfold.v1 import injection_pb2
+from contextfold.v1 import injection_pb2, memory_pb2, provider_pb2
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..access.keys import OPEN_CALLER, Caller, KeyRing
-from ..errors import PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
+from ..errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
 from ..observe.logs import log_call
 from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
+from ..postgres.consistency import CALL_POSITION, TOKEN_HEADER, CallPosition, parse_token, token
 from .caller import CALLER, REQUEST_ID
 from .checks import malformed
 from .readiness import Readiness
@@ -56,6 +58,15 @@ ADMIN_METHODS = frozenset(
     )
 )
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+# Calls that change nothing, as the protos declare them (`idempotency_level = NO_SIDE_EFFECTS`): only
+# their reads may go to a read replica. A write's reads are on the primary, which holds what it checks.
+READ_ONLY_METHODS = frozenset(
+    f"/{service.full_name}/{method.name}"
+    for file in (injection_pb2.DESCRIPTOR, memory_pb2.DESCRIPTOR, provider_pb2.DESCRIPTOR)
+    for service in file.services_by_name.values()
+    for method in service.methods
+    if method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
+)
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
@@ -159,16 +170,24 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             try:
                 caller = self._admit(method, [value for key, value in metadata if key == "authorization"])
                 span.set_attribute("contextfold.namespace", caller.namespace)
+                position = _call_position(method, sent.get(TOKEN_HEADER))
                 self._in_flight += 1
                 self._metrics.in_flight.inc()
-                token, request_token = CALLER.set(caller), REQUEST_ID.set(request_id)
+                caller_token, request_token = CALLER.set(caller), REQUEST_ID.set(request_id)
+                position_token = CALL_POSITION.set(position)
                 try:
                     yield outcome
+                    if position.written:
+                        # The caller's next calls read this write, on whichever database answers.
+                        context.set_trailing_metadata(((TOKEN_HEADER, token(position.written)),))
                 finally:
-                    CALLER.reset(token)
+                    CALLER.reset(caller_token)
                     REQUEST_ID.reset(request_token)
+                    CALL_POSITION.reset(position_token)
                     self._in_flight -= 1
                     self._metrics.in_flight.dec()
+                    if position.answered_by:
+                        outcome["database"] = position.answered_by
             except ServiceError as error:
                 await abort_with(context, error)
             except (grpc.aio.AbortError, GeneratorExit, asyncio.CancelledError):
@@ -226,6 +245,18 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 "ADMIN_ROLE_REQUIRED", f"{name} needs an admin key; this key's role is {caller.role}"
             )
         return caller
+
+
+def _call_position(method: str, sent_token: str | None) -> CallPosition:
+    """The call's position: how far its reads must see (the caller's token), and whether they may
+    go to a read replica at all (a call that changes nothing)."""
+    read_after = 0
+    if sent_token is not None:
+        parsed = parse_token(sent_token)
+        if parsed is None:
+            raise InvalidArgument.of(TOKEN_HEADER, "must be the token a write returned: 16 hexadecimal digits")
+        read_after = parsed
+    return CallPosition(read_after=read_after, replicas_allowed=method in READ_ONLY_METHODS)
 
 
 class _Codec:

@@ -23,6 +23,7 @@ from ..engine.memory import SearchQuery
 from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from ..postgres.migrations import PURGE_SETTING, SCHEMA
 from ..postgres.pool import Connection, Database, NamespaceConnection
+from ..postgres.replicas import Databases
 from .filters import anchor, compile_filter
 
 
@@ -317,7 +318,7 @@ MAX_DIMENSIONS_PER_NAMESPACE = 8
 class PostgresMemoryStore:
     def __init__(
         self,
-        database: Database,
+        database: Database | Databases,
         new_dimension: Callable[[int], None] = lambda dimension: None,
         clock: Callable[[], datetime] = _now,
     ) -> None:
@@ -513,15 +514,16 @@ class PostgresMemoryStore:
     ) -> list[MemoryRecord]:
         """A page of the store's entries within `scope` that match `tree`, oldest first, after `after_seq`."""
         where, params = _entries_where(scope, tree)
-        async with self._connection(namespace) as conn:
-            await _store_settings(conn, namespace, store)
-            cursor = await conn.execute(
-                f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
-                f" AND m.store = %(store)s AND m.seq > %(after)s{where} ORDER BY m.seq LIMIT %(limit)s",
-                {"namespace": namespace, "store": store, "after": after_seq, "limit": limit, "live_at": self._clock()}
-                | params,
-            )
-            return [_memory(row) for row in await cursor.fetchall()]
+        if not await self.get_stores(namespace, [store]):
+            raise NotFound("store", store)
+        rows = await self._database.read(
+            namespace,
+            f"SELECT {_MEMORY_COLUMNS} FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
+            f" AND m.store = %(store)s AND m.seq > %(after)s{where} ORDER BY m.seq LIMIT %(limit)s",
+            {"namespace": namespace, "store": store, "after": after_seq, "limit": limit, "live_at": self._clock()}
+            | params,
+        )
+        return [_memory(row) for row in rows]
 
     async def delete_memories(
         self, namespace: str, ids: Sequence[str], allow_missing: bool, scope: Scope = _UNSCOPED

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from contextfold.v1 import injection_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from ..postgres.replicas import Replica
 
 # From a cached embedding to a provider's full timeout.
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -73,6 +77,7 @@ _LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 class Metrics:
     def __init__(self, worker: int = 0) -> None:
         self.registry = CollectorRegistry()
+        self._worker = str(worker)
         self.loop_lag = Histogram(
             "contextfold_event_loop_lag_seconds",
             "How late each worker's event loop woke a task that asked to wake on time: every call waits that long",
@@ -119,6 +124,26 @@ class Metrics:
             registry=self.registry,
         )
         self.in_flight = Gauge("contextfold_calls_in_flight", "Calls being served", registry=self.registry)
+        # Each worker checks the replicas itself: the gauges keep the worker, as the loop lag does.
+        self.replica_lag = Gauge(
+            "contextfold_replica_lag_seconds",
+            "How far each read replica was behind the primary at its last check (+Inf: unreachable)",
+            ["replica", "worker"],
+            registry=self.registry,
+        )
+        self.replica_usable = Gauge(
+            "contextfold_replica_usable",
+            "1 when the read replica answered its last check in recovery, else 0 (lag over the bound is"
+            " seen in contextfold_replica_lag_seconds)",
+            ["replica", "worker"],
+            registry=self.registry,
+        )
+        self.reads = Counter(
+            "contextfold_database_reads",
+            "Reads by the database that answered them: primary, or a replica's name",
+            ["database"],
+            registry=self.registry,
+        )
         self.shed = Counter(
             "contextfold_calls_shed", "Calls refused with RESOURCE_EXHAUSTED at the limit", registry=self.registry
         )
@@ -128,6 +153,13 @@ class Metrics:
 
     def watch_embedder(self, counts: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_EmbedderCollector(counts))
+
+    def observe_replica(self, replica: Replica) -> None:
+        self.replica_lag.labels(replica.name, self._worker).set(replica.lag)
+        self.replica_usable.labels(replica.name, self._worker).set(1 if replica.usable else 0)
+
+    def count_read(self, database: str) -> None:
+        self.reads.labels(database).inc()
 
     def observe_call(self, method: str, code: str, seconds: float) -> None:
         self.calls.labels(method, code).inc()

@@ -70,6 +70,11 @@ class EmbeddedPostgres:
         self._system_user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
 
     @property
+    def system_user(self) -> str | None:
+        """The user Postgres runs as when this process is root (None: this process's own user)."""
+        return self._system_user
+
+    @property
     def url(self) -> str:
         return f"postgresql://postgres:@/postgres?host={self.socket_dir}"
 

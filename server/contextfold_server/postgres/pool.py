@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import Unavailable
+from .consistency import CALL_POSITION, lsn_value
 from .migrations import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_security
 
 # A pooled connection as adapters use it: rows come back as dicts.
@@ -32,14 +33,25 @@ Params = Sequence[Any] | Mapping[str, Any]
 
 
 class Database:
-    def __init__(self, conninfo: str, pool: AsyncConnectionPool) -> None:
+    def __init__(self, conninfo: str, pool: AsyncConnectionPool, track_writes: bool = False) -> None:
         self.conninfo = conninfo
         self._pool = pool
         self._checking: asyncio.Task[None] | None = None
+        # With read replicas: each transaction's commit notes its WAL position on the call's
+        # `CallPosition`, so the caller can read its writes from a replica (consistency.py).
+        self.track_writes = track_writes
 
     @classmethod
-    async def open(cls, conninfo: str, session_settings: str = "", min_size: int = 2, max_size: int = 10) -> Database:
-        """The pool; each new connection runs `session_settings` (SQL `SET`s) once."""
+    async def open(
+        cls,
+        conninfo: str,
+        session_settings: str = "",
+        min_size: int = 2,
+        max_size: int = 10,
+        wait: bool = True,
+    ) -> Database:
+        """The pool; each new connection runs `session_settings` (SQL `SET`s) once. Without `wait`,
+        the pool connects in the background (a read replica that is down must not stop a start)."""
 
         async def configure(conn: psycopg.AsyncConnection) -> None:
             await register_vector_async(conn)
@@ -62,7 +74,7 @@ class Database:
             open=False,
             timeout=2.0,
         )
-        await pool.open(wait=True, timeout=30.0)
+        await pool.open(wait=wait, timeout=30.0)
         return cls(conninfo, pool)
 
     async def close(self) -> None:
@@ -74,7 +86,7 @@ class Database:
 
     def connection(self, namespace: str) -> NamespaceConnection:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
-        return NamespaceConnection(self._pool, namespace, self._connection_lost)
+        return NamespaceConnection(self._pool, namespace, self._connection_lost, self.track_writes)
 
     async def read(
         self, namespace: str, query: Query, params: Params, settings: Mapping[str, str] | None = None
@@ -125,10 +137,13 @@ class NamespaceConnection:
     transaction commits when the block ends and rolls back when it raises.
     """
 
-    def __init__(self, pool: AsyncConnectionPool, namespace: str, lost: Callable[[], None]) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, namespace: str, lost: Callable[[], None], track_writes: bool = False
+    ) -> None:
         self._context = pool.connection()
         self._namespace = namespace
         self._lost = lost
+        self._track_writes = track_writes
         self._conn: Connection | None = None
         self._pipeline: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
 
@@ -154,11 +169,19 @@ class NamespaceConnection:
     ) -> None:
         conn = self._conn
         ending: psycopg.Error | None = None
+        position: psycopg.AsyncCursor[dict[str, Any]] | None = None
         try:
             if conn is not None and not conn.closed:
                 await conn.execute("COMMIT" if exc is None else "ROLLBACK")
+                if exc is None and self._track_writes and CALL_POSITION.get() is not None:
+                    # In the same round trip as the COMMIT: the WAL reaches at least its record.
+                    position = await conn.execute("SELECT pg_current_wal_lsn()::text AS lsn")
             if self._pipeline is not None:
                 await self._pipeline.__aexit__(exc_type, exc, tb)
+            if position is not None and (row := await position.fetchone()) is not None:
+                call = CALL_POSITION.get()
+                if call is not None:
+                    call.wrote(lsn_value(row["lsn"]))
         except psycopg.Error as error:
             ending = error
         finally:

@@ -147,7 +147,7 @@ class InjectedEntry(_message.Message):
     def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class InjectionReport(_message.Message):
-    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens", "ranking")
+    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens", "ranking", "database")
     class StageDurationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,7 @@ class InjectionReport(_message.Message):
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_FIELD_NUMBER: _ClassVar[int]
     injected: bool
     skip_reason: SkipReason
     detail: str
@@ -175,7 +176,8 @@ class InjectionReport(_message.Message):
     sources: _containers.RepeatedCompositeFieldContainer[SourceReport]
     total_tokens: int
     ranking: _memory_pb2.Ranking
-    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ...) -> None: ...
+    database: str
+    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ..., database: _Optional[str] = ...) -> None: ...
 
 class InjectResponse(_message.Message):
     __slots__ = ("messages", "report")

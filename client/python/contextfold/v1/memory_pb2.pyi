@@ -218,12 +218,14 @@ class SearchMemoriesRequest(_message.Message):
     def __init__(self, query: _Optional[str] = ..., query_vector: _Optional[_Iterable[float]] = ..., stores: _Optional[_Iterable[str]] = ..., max_results: _Optional[int] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., ranking: _Optional[_Union[Ranking, str]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ...) -> None: ...
 
 class SearchMemoriesResponse(_message.Message):
-    __slots__ = ("results", "ranking")
+    __slots__ = ("results", "ranking", "database")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ScoredMemory]
     ranking: Ranking
-    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMemory, _Mapping]]] = ..., ranking: _Optional[_Union[Ranking, str]] = ...) -> None: ...
+    database: str
+    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMemory, _Mapping]]] = ..., ranking: _Optional[_Union[Ranking, str]] = ..., database: _Optional[str] = ...) -> None: ...
 
 class GetMemoryRequest(_message.Message):
     __slots__ = ("id",)

@@ -1,0 +1,220 @@
+"""Read replicas: a primary and a streaming standby, both the embedded Postgres, set up here
+(`pg_basebackup -R`), and a server pointed at both.
+
+Searches are answered by the replica (its own statistics count them) and writes land on the
+primary; a caller reads its own writes while the replica's replay is paused (its token sends it to
+the primary), while another caller, with no token, reads the replica; a replica further behind
+than the bound is not read; a replica that stops leaves the primary to answer, and is read again
+when it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from contextfold import Client
+from contextfold.v1 import memory_pb2, memory_pb2_grpc
+
+from .conftest import run_in_typescript_package, unique
+from .polling import wait_for
+from .servers import Postgres, ServerProcess, start_server
+from .test_go import IMPORT_PATH, go, gopath_env
+
+# Long enough for a client's test suite to start and run within it while replay is paused.
+MAX_LAG = 6.0
+
+
+@pytest.fixture(scope="module")
+def primary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    database = Postgres(tmp_path_factory.mktemp("replication") / "primary")
+    yield database
+    database.cleanup()
+
+
+@pytest.fixture(scope="module")
+def standby(primary: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    database = primary.standby(tmp_path_factory.mktemp("replication-standby") / "standby")
+    assert database.query("SELECT pg_is_in_recovery()") == [(True,)]
+    yield database
+    database.cleanup()
+
+
+@pytest.fixture(scope="module")
+def server(primary: Postgres, standby: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("replicated-server") / "server.log"
+    process = start_server(
+        log,
+        "--database-url", primary.url,
+        "--database-read-url", standby.url,
+        "--replica-check-seconds", "0.2",
+        "--replica-max-lag-seconds", str(MAX_LAG),
+    )  # fmt: skip
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def memories_read(database: Postgres) -> int:
+    """How many times `database` read the entries table, by its own statistics."""
+    ((count,),) = database.query(
+        "SELECT coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0)::bigint"
+        " FROM pg_stat_all_tables WHERE schemaname = 'contextfold' AND relname = 'memories'"
+    )
+    return count
+
+
+@pytest.fixture
+def store(server: ServerProcess, standby: Postgres) -> str:
+    name = unique("replicated")
+    with Client(server.address, timeout=10) as cf:
+        cf.create_store(name)
+        cf.add_memories(name, ["The office is in Lisbon", "Standup is at ten"])
+    # Replayed on the standby, and seen there by the server's checks.
+    wait_for(lambda: fresh_search(server, name)[0] == "replica-1", 15, what="the replica to serve the store")
+    return name
+
+
+def fresh_search(server: ServerProcess, store: str, query: str = "where is the office") -> tuple[str, list[str]]:
+    """A search by a caller that has written nothing (no token): the database that answered, and what it found."""
+    with grpc.insecure_channel(server.address) as channel:
+        response = memory_pb2_grpc.MemoryServiceStub(channel).SearchMemories(
+            memory_pb2.SearchMemoriesRequest(query=query, stores=[store], max_results=10), timeout=10
+        )
+    return response.database, [result.memory.content for result in response.results]
+
+
+def asked(cf: Client, store: str, question: str) -> tuple[str, list[str]]:
+    """Inject through the client (which sends its token): the database that answered, and the ids injected."""
+    result = cf.inject([{"role": "user", "content": [{"text": question}]}], stores=[store], max_entries=10)
+    return result.report.database, [entry.id for entry in result.report.entries]
+
+
+def lag_metric(server: ServerProcess) -> float:
+    port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", server.log()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return float(
+        re.search(r'^contextfold_replica_lag_seconds\{replica="replica-1",worker="\d+"\} (\S+)$', text, re.M).group(1)
+    )
+
+
+def test_searches_are_answered_by_the_replica_and_writes_land_on_the_primary(
+    server: ServerProcess, primary: Postgres, standby: Postgres, store: str
+) -> None:
+    before = memories_read(standby)
+    for _ in range(5):
+        database, found = fresh_search(server, store)
+        assert database == "replica-1" and found[0] == "The office is in Lisbon"
+    wait_for(lambda: memories_read(standby) >= before + 5, 10, what="the standby's statistics to count the reads")
+
+    with Client(server.address, timeout=10) as cf:
+        (added,) = cf.add_memories(store, ["Lunch is at one"])
+    assert primary.query("SELECT content FROM contextfold.memories WHERE id = %s", (added.id,)) == [
+        ("Lunch is at one",)
+    ]
+    # A standby takes no writes: it has the entry only by replaying the primary's.
+    wait_for(
+        lambda: standby.query("SELECT count(*) FROM contextfold.memories WHERE id = %s", (added.id,)) == [(1,)],
+        10,
+        what="the standby to replay the write",
+    )
+
+
+def test_a_caller_reads_its_own_writes_while_replication_is_paused(
+    server: ServerProcess, standby: Postgres, store: str
+) -> None:
+    standby.query("SELECT pg_wal_replay_pause()")
+    try:
+        with Client(server.address, timeout=10) as writer:
+            (moved,) = writer.add_memories(store, ["The office moved to Porto"])
+            # The client sends the token its write returned: the replica has not replayed that far.
+            database, injected = asked(writer, store, "Where is the office now?")
+            assert database == "primary" and moved.id in injected
+            # Another caller, who wrote nothing, is served by the replica, which has not replayed it yet.
+            database, contents = fresh_search(server, store, "where is the office now")
+            assert database == "replica-1" and "The office moved to Porto" not in contents
+
+            # Past the bound, the replica is read by no one until it catches up.
+            wait_for(lambda: lag_metric(server) > MAX_LAG, 15, what="the lag to pass the bound")
+            database, contents = fresh_search(server, store, "where is the office now")
+            assert database == "primary" and "The office moved to Porto" in contents
+    finally:
+        standby.query("SELECT pg_wal_replay_resume()")
+    wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 15, what="the replica to catch up")
+    assert lag_metric(server) < MAX_LAG
+
+
+def test_reads_fall_back_to_the_primary_while_the_replica_is_down_and_return_to_it(
+    server: ServerProcess, standby: Postgres, store: str
+) -> None:
+    standby.kill()
+    try:
+        for _ in range(3):
+            database, found = fresh_search(server, store)
+            assert database == "primary" and found[0] == "The office is in Lisbon"
+        with Client(server.address, timeout=10) as cf:
+            database, injected = asked(cf, store, "Where is the office?")
+        assert database == "primary" and injected
+    finally:
+        standby.restart()
+    wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 20, what="the replica to be read again")
+    assert "read replica in use" in server.log()
+
+
+def test_a_token_that_is_not_one_is_refused_naming_the_header(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ListStores(
+                memory_pb2.ListStoresRequest(), metadata=(("x-contextfold-read-after", "yesterday"),), timeout=10
+            )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "x-contextfold-read-after" in refused.value.details()
+
+
+def test_the_replica_never_receives_ddl(standby: Postgres, server: ServerProcess) -> None:
+    """The server migrated the primary, which the standby replays; nothing failed on the standby."""
+    log = standby.log()
+    assert "read-only transaction" not in log and "ERROR" not in log, log[-2000:]
+
+
+def paused_replay(standby: Postgres, server: ServerProcess, store: str) -> contextlib.AbstractContextManager[None]:
+    """Replay paused on the standby, once the replica is caught up and read; resumed, and caught up, after."""
+
+    @contextlib.contextmanager
+    def pausing() -> Iterator[None]:
+        wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 20, what="the replica to catch up")
+        standby.query("SELECT pg_wal_replay_pause()")
+        try:
+            yield
+        finally:
+            standby.query("SELECT pg_wal_replay_resume()")
+        wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 20, what="the replica to catch up")
+
+    return pausing()
+
+
+def test_the_typescript_and_go_clients_send_the_token_their_writes_returned(
+    server: ServerProcess, standby: Postgres, store: str, typescript_package: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, "CONTEXTFOLD_ADDRESS": server.address, "CONTEXTFOLD_REPLICATED": "1"}
+    with paused_replay(standby, server, store):
+        output = run_in_typescript_package(
+            "node", "--import", "tsx", "--test", "--test-reporter", "spec",
+            "--test-name-pattern", "reads its own writes while the replica lags", "test/client.test.ts",
+            env=env, timeout=300,
+        )  # fmt: skip
+    assert re.search(r"^\S+ pass 1$", output, flags=re.M) and re.search(r"^\S+ fail 0$", output, flags=re.M), output
+
+    with paused_replay(standby, server, store):
+        output = go(
+            {**gopath_env(tmp_path / "gopath"), **env}, "test", "-count=1", "-v",
+            "-run", "TestAClientReadsItsOwnWritesWhileTheReplicaLags", IMPORT_PATH,
+        )  # fmt: skip
+    assert "--- PASS: TestAClientReadsItsOwnWritesWhileTheReplicaLags" in output, output
