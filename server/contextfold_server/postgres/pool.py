@@ -33,13 +33,13 @@ Params = Sequence[Any] | Mapping[str, Any]
 
 
 class Database:
-    def __init__(self, conninfo: str, pool: AsyncConnectionPool, track_writes: bool = False) -> None:
+    def __init__(self, conninfo: str, pool: AsyncConnectionPool) -> None:
         self.conninfo = conninfo
         self._pool = pool
         self._checking: asyncio.Task[None] | None = None
-        # With read replicas: each transaction's commit notes its WAL position on the call's
-        # `CallPosition`, so the caller can read its writes from a replica (consistency.py).
-        self.track_writes = track_writes
+        # With read replicas (set by `Databases.open`): each transaction's commit notes its WAL
+        # position on the call's `CallPosition`, so the caller can read its writes from a replica.
+        self.track_writes = False
 
     @classmethod
     async def open(
@@ -169,19 +169,18 @@ class NamespaceConnection:
     ) -> None:
         conn = self._conn
         ending: psycopg.Error | None = None
+        call = CALL_POSITION.get() if self._track_writes and exc is None else None
         position: psycopg.AsyncCursor[dict[str, Any]] | None = None
         try:
             if conn is not None and not conn.closed:
                 await conn.execute("COMMIT" if exc is None else "ROLLBACK")
-                if exc is None and self._track_writes and CALL_POSITION.get() is not None:
+                if call is not None:
                     # In the same round trip as the COMMIT: the WAL reaches at least its record.
                     position = await conn.execute("SELECT pg_current_wal_lsn()::text AS lsn")
             if self._pipeline is not None:
                 await self._pipeline.__aexit__(exc_type, exc, tb)
-            if position is not None and (row := await position.fetchone()) is not None:
-                call = CALL_POSITION.get()
-                if call is not None:
-                    call.wrote(lsn_value(row["lsn"]))
+            if call is not None and position is not None and (row := await position.fetchone()) is not None:
+                call.wrote(lsn_value(row["lsn"]))
         except psycopg.Error as error:
             ending = error
         finally:

@@ -98,12 +98,6 @@ class Databases:
     def connection(self, namespace: str) -> NamespaceConnection:
         return self.primary.connection(namespace)
 
-    async def check(self) -> None:
-        await self.primary.check()
-
-    def stats(self) -> dict[str, int]:
-        return self.primary.stats()
-
     # Reads.
 
     def _chosen(self) -> Replica | None:
@@ -154,10 +148,11 @@ class Databases:
     # Checks.
 
     async def watch(self) -> None:
-        """Check the replicas every `check_seconds`, for as long as the server runs."""
+        """Check the replicas every `check_seconds`, for as long as the server runs (after the first
+        check, which the server awaits at start so its first reads can use them)."""
         while True:
-            await self.check_replicas()
             await asyncio.sleep(self._check_seconds)
+            await self.check_replicas()
 
     async def check_replicas(self) -> None:
         if not self.replicas:
