@@ -144,7 +144,7 @@ class ContextInjection(Plugin):
         index = report.target_message_index
         if 0 <= index < len(sent):
             added = result.messages[index]["content"][len(sent[index]["content"]) :]
-            ledger.note(context.messages[index], index, [block["injected"] for block in added])
+            ledger.note(index, [block["injected"] for block in added])
             shown[index] = {**shown[index], "content": [*shown[index]["content"], *map(_shown, added)]}
         agent.state.set(STATE_KEY, ledger.entries)
         trailing = len(shown[-1]["content"]) - len(context.messages[-1]["content"]) if shown else 0
@@ -213,6 +213,8 @@ class _Ledger:
         self.entries = {key: list(records) for key, records in entries.items()}
         self._name = name
         self._mine: list[dict[str, Any]] = self.entries.get(name, [])
+        # Each message's fingerprint, as `conversation` found them.
+        self._fingerprints: list[str] = []
         # The texts of the blocks other instances fold (those before this one did, in this call).
         self._folded = {
             block["text"] for key, records in self.entries.items() if key != name for record in records
@@ -230,7 +232,7 @@ class _Ledger:
         """The conversation as this instance's service call should read it (its own earlier blocks
         as the injected blocks they are; the other instances' left out, so they neither feed the
         query nor count as this instance's), and as the model should (every block as its text)."""
-        fingerprints = [self._fingerprint(message) for message in messages]
+        fingerprints = self._fingerprints = [self._fingerprint(message) for message in messages]
         kept: list[dict[str, Any]] = []
         blocks: dict[int, list[dict[str, Any]]] = {}
         for record in self._mine:
@@ -249,17 +251,16 @@ class _Ledger:
             shown.append({**message, "content": [*message["content"], *({"text": b["text"]} for b in mine)]})
         return sent, shown
 
-    def note(self, message: Mapping[str, Any], index: int, blocks: list[dict[str, Any]]) -> None:
-        """Keep the blocks just folded into `message` (at `index`)."""
+    def note(self, index: int, blocks: list[dict[str, Any]]) -> None:
+        """Keep the blocks just folded into the message at `index` of the `conversation` read."""
         if not blocks:
             return
-        fingerprint = self._fingerprint(message)
         for record in self._mine:
             if record["index"] == index:
                 record["blocks"] = [*record["blocks"], *blocks]
                 break
         else:
-            self._mine.append({"index": index, "message": fingerprint, "blocks": blocks})
+            self._mine.append({"index": index, "message": self._fingerprints[index], "blocks": blocks})
         self.entries[self._name] = self._mine
 
 

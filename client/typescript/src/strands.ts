@@ -120,6 +120,8 @@ class Ledger {
   readonly entries: Record<string, InjectedRecord[]>;
   private readonly folded: Set<string>;
   private mine: InjectedRecord[];
+  /** Each message's fingerprint, as `conversation` found them. */
+  private fingerprints: string[] = [];
 
   constructor(
     state: unknown,
@@ -139,7 +141,7 @@ class Ledger {
     return message.content.filter((block) => typeof block.text !== "string" || !this.folded.has(block.text));
   }
 
-  async fingerprint(message: MessageData): Promise<string> {
+  private async fingerprint(message: MessageData): Promise<string> {
     return (await sha256(canonicalJson([message.role, this.own(message)] as unknown as JsonValue))).slice(0, 32);
   }
 
@@ -149,7 +151,7 @@ class Ledger {
    * nor count as this instance's), and each message's own earlier blocks, to show the model.
    */
   async conversation(messages: MessageData[]): Promise<{ sent: MessageData[]; earlier: Map<number, InjectedBlockData[]> }> {
-    const fingerprints = await Promise.all(messages.map((message) => this.fingerprint(message)));
+    const fingerprints = (this.fingerprints = await Promise.all(messages.map((message) => this.fingerprint(message))));
     const earlier = new Map<number, InjectedBlockData[]>();
     const kept: InjectedRecord[] = [];
     for (const record of this.mine) {
@@ -171,12 +173,12 @@ class Ledger {
     return { sent, earlier };
   }
 
-  /** Keep the blocks just folded into `message` (at `index`). */
-  async note(message: MessageData, index: number, blocks: InjectedBlockData[]): Promise<void> {
+  /** Keep the blocks just folded into the message at `index` of the `conversation` read. */
+  note(index: number, blocks: InjectedBlockData[]): void {
     if (blocks.length === 0) return;
     const record = this.mine.find((candidate) => candidate.index === index);
     if (record !== undefined) record.blocks = [...record.blocks, ...blocks];
-    else this.mine.push({ index, message: await this.fingerprint(message), blocks });
+    else this.mine.push({ index, message: this.fingerprints[index], blocks });
   }
 }
 
@@ -247,7 +249,10 @@ export class ContextInjection implements Plugin {
     }
     const index = result.report.targetMessageIndex;
     const added = index >= 0 && index < sent.length ? result.messages[index].content.slice(sent[index].content.length) : [];
-    if (added.length > 0) await ledger.note(messages[index], index, added.map((block) => block.injected as unknown as InjectedBlockData));
+    ledger.note(
+      index,
+      added.map((block) => block.injected as unknown as InjectedBlockData),
+    );
     agent.appState.set(STATE_KEY, ledger.entries);
     const folded = context.messages.map((original, position) => {
       const blocks = [
