@@ -22,7 +22,6 @@ import collections
 import json
 import tempfile
 import time
-from collections.abc import Awaitable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -73,14 +72,11 @@ async def measure(address: str, setup: str, entries: int, calls: int) -> list[tu
         response = await stubs[n % len(stubs)].SearchMemories(request, timeout=60)
         answered[response.database] += 1
 
-    def searching(n: int) -> Awaitable[None]:
-        return search(n)
-
-    await timed(searching, 4, 40)  # warm the pools and caches
+    await timed(search, 4, 40)  # warm the pools and caches
     results = []
     for callers in (1, 16):
         answered.clear()
-        samples, seconds = await timed(searching, callers, calls * (4 if callers > 1 else 1))
+        samples, seconds = await timed(search, callers, calls * (4 if callers > 1 else 1))
         results.append((row(f"SearchMemories, {setup}", entries, callers, samples, seconds), dict(answered)))
     for channel in channels:
         await channel.close()
@@ -111,19 +107,16 @@ def main() -> None:
             finally:
                 filling.stop()
             primary.query("VACUUM ANALYZE contextfold.memories")
-            standby = primary.standby(root / "standby")
+            standby = replica = primary.standby(root / "standby")
             replayed = primary.query("SELECT pg_current_wal_lsn()::text")[0][0]
             wait_for(
-                lambda: (
-                    standby is not None
-                    and standby.query("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (replayed,))[0][0]
-                ),
+                lambda: replica.query("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (replayed,))[0][0],
                 60,
                 what="the standby to replay the fill",
             )
             setups: dict[str, tuple[str, ...]] = {
                 "primary alone": (),
-                "primary + 1 replica": ("--database-read-url", standby.url),
+                "primary + 1 replica": ("--database-read-url", replica.url),
             }
             for _ in range(2):
                 for setup, extra in setups.items():

@@ -76,7 +76,7 @@ def store(server: ServerProcess, standby: Postgres) -> str:
         cf.create_store(name)
         cf.add_memories(name, ["The office is in Lisbon", "Standup is at ten"])
     # Replayed on the standby, and seen there by the server's checks.
-    wait_for(lambda: fresh_search(server, name)[0] == "replica-1", 15, what="the replica to serve the store")
+    served_by_the_replica(server, name, 15, "the replica to serve the store")
     return name
 
 
@@ -104,6 +104,23 @@ def lag_metric(server: ServerProcess) -> float:
     )
 
 
+def served_by_the_replica(server: ServerProcess, store: str, timeout: float, what: str) -> None:
+    """Wait until a caller with no token is answered by the replica: it is caught up, and checked."""
+    wait_for(lambda: fresh_search(server, store)[0] == "replica-1", timeout, what=what)
+
+
+@contextlib.contextmanager
+def paused_replay(standby: Postgres, server: ServerProcess, store: str, timeout: float = 20) -> Iterator[None]:
+    """Replay paused on the standby, once the replica is caught up and read; resumed, and caught up, after."""
+    served_by_the_replica(server, store, timeout, "the replica to catch up")
+    standby.query("SELECT pg_wal_replay_pause()")
+    try:
+        yield
+    finally:
+        standby.query("SELECT pg_wal_replay_resume()")
+    served_by_the_replica(server, store, timeout, "the replica to catch up")
+
+
 def test_searches_are_answered_by_the_replica_and_writes_land_on_the_primary(
     server: ServerProcess, primary: Postgres, standby: Postgres, store: str
 ) -> None:
@@ -129,24 +146,19 @@ def test_searches_are_answered_by_the_replica_and_writes_land_on_the_primary(
 def test_a_caller_reads_its_own_writes_while_replication_is_paused(
     server: ServerProcess, standby: Postgres, store: str
 ) -> None:
-    standby.query("SELECT pg_wal_replay_pause()")
-    try:
-        with Client(server.address, timeout=10) as writer:
-            (moved,) = writer.add_memories(store, ["The office moved to Porto"])
-            # The client sends the token its write returned: the replica has not replayed that far.
-            database, injected = asked(writer, store, "Where is the office now?")
-            assert database == "primary" and moved.id in injected
-            # Another caller, who wrote nothing, is served by the replica, which has not replayed it yet.
-            database, contents = fresh_search(server, store, "where is the office now")
-            assert database == "replica-1" and "The office moved to Porto" not in contents
+    with paused_replay(standby, server, store, timeout=15), Client(server.address, timeout=10) as writer:
+        (moved,) = writer.add_memories(store, ["The office moved to Porto"])
+        # The client sends the token its write returned: the replica has not replayed that far.
+        database, injected = asked(writer, store, "Where is the office now?")
+        assert database == "primary" and moved.id in injected
+        # Another caller, who wrote nothing, is served by the replica, which has not replayed it yet.
+        database, contents = fresh_search(server, store, "where is the office now")
+        assert database == "replica-1" and "The office moved to Porto" not in contents
 
-            # Past the bound, the replica is read by no one until it catches up.
-            wait_for(lambda: lag_metric(server) > MAX_LAG, 15, what="the lag to pass the bound")
-            database, contents = fresh_search(server, store, "where is the office now")
-            assert database == "primary" and "The office moved to Porto" in contents
-    finally:
-        standby.query("SELECT pg_wal_replay_resume()")
-    wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 15, what="the replica to catch up")
+        # Past the bound, the replica is read by no one until it catches up.
+        wait_for(lambda: lag_metric(server) > MAX_LAG, 15, what="the lag to pass the bound")
+        database, contents = fresh_search(server, store, "where is the office now")
+        assert database == "primary" and "The office moved to Porto" in contents
     assert lag_metric(server) < MAX_LAG
 
 
@@ -163,7 +175,7 @@ def test_reads_fall_back_to_the_primary_while_the_replica_is_down_and_return_to_
         assert database == "primary" and injected
     finally:
         standby.restart()
-    wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 20, what="the replica to be read again")
+    served_by_the_replica(server, store, 20, "the replica to be read again")
     assert "read replica in use" in server.log()
 
 
@@ -182,22 +194,6 @@ def test_the_replica_never_receives_ddl(standby: Postgres, server: ServerProcess
     """The server migrated the primary, which the standby replays; nothing failed on the standby."""
     log = standby.log()
     assert "read-only transaction" not in log and "ERROR" not in log, log[-2000:]
-
-
-def paused_replay(standby: Postgres, server: ServerProcess, store: str) -> contextlib.AbstractContextManager[None]:
-    """Replay paused on the standby, once the replica is caught up and read; resumed, and caught up, after."""
-
-    @contextlib.contextmanager
-    def pausing() -> Iterator[None]:
-        wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 20, what="the replica to catch up")
-        standby.query("SELECT pg_wal_replay_pause()")
-        try:
-            yield
-        finally:
-            standby.query("SELECT pg_wal_replay_resume()")
-        wait_for(lambda: fresh_search(server, store)[0] == "replica-1", 20, what="the replica to catch up")
-
-    return pausing()
 
 
 def test_the_typescript_and_go_clients_send_the_token_their_writes_returned(
