@@ -13,7 +13,7 @@ from ..engine.gate import SkipReason
 from ..engine.injection import InjectionRequest, answer_budget, inject
 from ..errors import Unavailable
 from ..memory.search import MemorySearcher
-from ..postgres.consistency import CALL_POSITION
+from ..postgres.consistency import answered_by
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.registry import ProviderDirectory
 from ..tokens import count_tokens_off_the_loop
@@ -120,7 +120,5 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
                 )
                 report = report_to_proto(outcome, reveal)
                 response = injection_pb2.InjectResponse(messages=request.messages, report=report)
-        position = CALL_POSITION.get()
-        if position is not None:
-            response.report.database = position.answered_by
+        response.report.database = answered_by()
         return response

@@ -25,7 +25,7 @@ from ..memory.store import (
     PostgresMemoryStore,
     StoreRecord,
 )
-from ..postgres.consistency import CALL_POSITION
+from ..postgres.consistency import answered_by
 from .caller import CALLER, caller_namespace, confined, deadline_of, key_scope
 from .checks import (
     MAX_BATCH,
@@ -183,11 +183,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in found.records]
         # The best results that fit one response: no more than a page may hold.
-        position = CALL_POSITION.get()
         return memory_pb2.SearchMemoriesResponse(
-            results=scored[: fitting(scored)],
-            ranking=ranking_to_proto(found.ranking),
-            database=position.answered_by if position is not None else "",
+            results=scored[: fitting(scored)], ranking=ranking_to_proto(found.ranking), database=answered_by()
         )
 
     @reports_errors

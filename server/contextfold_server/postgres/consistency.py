@@ -42,6 +42,12 @@ class CallPosition:
 CALL_POSITION: ContextVar[CallPosition | None] = ContextVar("call_position", default=None)
 
 
+def answered_by() -> str:
+    """The database that answered the current call's last read; empty when it read none."""
+    position = CALL_POSITION.get()
+    return position.answered_by if position is not None else ""
+
+
 def lsn_value(text: str) -> int:
     """A `pg_lsn` as Postgres prints it (`16/B374D848`), as a number."""
     match = _LSN.fullmatch(text)
