@@ -19,7 +19,7 @@ from pathlib import Path
 
 from contextfold import Client
 
-from tests.servers import provider_fixtures, start_server
+from harness.servers import provider_fixtures, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROVIDER_DELAY = 0.1

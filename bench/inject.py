@@ -53,12 +53,12 @@ import psycopg
 from contextfold import AsyncClient
 from contextfold_server.access.keys import OPEN_NAMESPACE
 from contextfold_server.config import available_cores
-from contextfold_server.memory.store import SEARCH_SETTINGS
+from contextfold_server.memory.statements import SEARCH_SETTINGS
 from pgvector.psycopg import register_vector, register_vector_async
 
 from bench import corpus, mem0
 from bench.fanout import percentile
-from tests.servers import Postgres, ServerProcess, provider_fixtures, start_server
+from harness.servers import Postgres, ServerProcess, provider_fixtures, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

@@ -24,7 +24,6 @@ Results go to bench/results/lifecycle.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -38,13 +37,11 @@ from typing import Any
 import numpy as np
 import psycopg
 from contextfold import AsyncClient
-from contextfold_server.config import available_cores
 
-from bench import corpus
+from bench import corpus, sized_run
 from bench.inject import Row, row, separate_connections, timed
-from tests.servers import Postgres, start_server
+from harness.servers import Postgres, start_server
 
-RESULTS = Path(__file__).resolve().parent / "results"
 STORE = "lifecycle"
 # 500 entries beside the large store, for the store-aware rows.
 SMALL_STORE = "lifecycle-small"
@@ -191,16 +188,7 @@ def table(rows: list[Row], recalls: dict[str, float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--entries", type=int, default=10_000)
-    parser.add_argument("--calls", type=int, default=200, help="timed calls per case for one caller (x4 for 16)")
-    parser.add_argument("--workers", type=int, default=available_cores())
-    parser.add_argument("--quick", action="store_true", help="2,000 entries, 60 calls")
-    parser.add_argument("--json", type=Path, default=RESULTS / "lifecycle.json")
-    args = parser.parse_args()
-    if args.quick:
-        args.entries, args.calls = 2_000, 60
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args = sized_run(__doc__.split("\n\n")[0], 200, "lifecycle")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         database = Postgres(Path(scratch) / "pgdata")

@@ -2,7 +2,7 @@
 
 One server with one worker (so the heavy request and the probe share an event loop, the
 case that matters), and for each kind of heavy request the service accepts or refuses
-(tests/heavy_requests.py), that request made again and again for a few seconds while a
+(harness/heavy_requests.py), that request made again and again for a few seconds while a
 probe in a process of its own checks health over a connection of its own. Prints each
 case's health latency (p50, p99, max) against the target: p99 <= 50 ms.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from contextfold import Client
 
 from bench.fanout import percentile
-from tests.heavy_requests import HEAVY, probing, registered_large_providers
-from tests.servers import start_server
+from harness.heavy_requests import HEAVY, probing, registered_large_providers
+from harness.servers import start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_P99_MS = 50.0

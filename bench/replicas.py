@@ -16,7 +16,6 @@ Results go to bench/results/replicas.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import json
@@ -29,14 +28,12 @@ from typing import Any
 import grpc
 from contextfold import AsyncClient
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
-from contextfold_server.config import available_cores
 
-from bench import corpus
+from bench import corpus, sized_run
 from bench.inject import Row, row, timed
-from tests.polling import wait_for
-from tests.servers import Postgres, start_server
+from harness.polling import wait_for
+from harness.servers import Postgres, start_server
 
-RESULTS = Path(__file__).resolve().parent / "results"
 STORE = "replicas"
 
 
@@ -84,16 +81,7 @@ async def measure(address: str, setup: str, entries: int, calls: int) -> list[tu
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--entries", type=int, default=10_000)
-    parser.add_argument("--calls", type=int, default=300, help="timed calls per case for one caller (x4 for 16)")
-    parser.add_argument("--workers", type=int, default=available_cores())
-    parser.add_argument("--quick", action="store_true", help="2,000 entries, 60 calls")
-    parser.add_argument("--json", type=Path, default=RESULTS / "replicas.json")
-    args = parser.parse_args()
-    if args.quick:
-        args.entries, args.calls = 2_000, 60
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args = sized_run(__doc__.split("\n\n")[0], 300, "replicas")
     started = time.perf_counter()
     measured: list[tuple[Row, dict[str, int]]] = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -22,7 +22,7 @@ store, MMR, and store descriptions weighed against the query.
 Then the cost: `Inject` p50 per ranking, taking turns call by call, with a store
 of 10,000 entries beside the sets' (so the vector index is used), and the added
 p50 against `RANKING_SIMILARITY`. The reranker row times the plumbing against a
-loopback reranker that answers at once (tests/fake_reranker.py): no reranking
+loopback reranker that answers at once (harness/stand_ins/reranker.py): no reranking
 model ships inside a PyPI package here, so its quality is not measured.
 
     .venv/bin/python -m bench.retrieval            # (make bench)
@@ -50,8 +50,8 @@ from contextfold_server.engine.entries import RetrievedEntry
 from contextfold_server.engine.ranking import Ranking, candidates_per_store, stand_out_scores
 
 from bench import corpus
-from tests.fake_reranker import FakeReranker
-from tests.servers import Postgres, start_server
+from harness.servers import Postgres, start_server
+from harness.stand_ins.reranker import FakeReranker
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = ROOT / "bench" / "retrieval"

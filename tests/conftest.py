@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from contextfold import Client, NotFound
 
-from .servers import Postgres, ServerProcess, serving
+from harness.messages import unique
+from harness.servers import Postgres, ServerProcess, serving
 
 
 @pytest.fixture(scope="session")
@@ -22,9 +22,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def postgres(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    """A Postgres of the test module's own (the server's embedded one, run by the test), removed after
-    it. A module that needs one per test defines its own."""
+    """A Postgres of the test module's own (the server's embedded one, run by the test), removed after it."""
     database = Postgres(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "pgdata")
+    yield database
+    database.cleanup()
+
+
+@pytest.fixture
+def fresh_postgres(tmp_path: Path) -> Iterator[Postgres]:
+    """A Postgres of the test's own, for a test that stops it, migrates it by hand or fills it from zero."""
+    database = Postgres(tmp_path / "pgdata")
     yield database
     database.cleanup()
 
@@ -54,10 +61,6 @@ def typescript_package() -> Path:
     return TYPESCRIPT
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture
 def make_store(client: Client) -> Iterator[Callable[..., str]]:
     """Create stores with unique names for one test; they are deleted after it."""
@@ -73,11 +76,3 @@ def make_store(client: Client) -> Iterator[Callable[..., str]]:
     for store in created:
         with contextlib.suppress(NotFound):
             client.delete_store(store, force=True)
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": [{"text": text}]}
-
-
-def assistant(text: str) -> dict:
-    return {"role": "assistant", "content": [{"text": text}]}

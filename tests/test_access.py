@@ -15,10 +15,12 @@ from contextfold import Client
 from contextfold.errors import Unauthenticated
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
 from contextfold_server.access.keys import OPEN_NAMESPACE
-from contextfold_server.postgres.migrations import SERVICE_ROLE, migrate
+from contextfold_server.postgres.migrations import migrate
+from contextfold_server.postgres.schema import SERVICE_ROLE
 
-from .polling import wait_for
-from .servers import ROOT, Postgres, ServerProcess, start_server
+from harness.polling import wait_for
+from harness.servers import ROOT, Postgres, ServerProcess, start_server
+
 from .test_tenancy import KEYS
 
 
@@ -117,32 +119,26 @@ def test_an_open_server_acts_in_the_open_namespace_only(tmp_path, postgres: Post
     assert rows == [(OPEN_NAMESPACE,)], "not `default`, which a tenant's key names"
 
 
-def test_what_an_open_service_kept_in_default_moves_to_the_open_namespace(tmp_path) -> None:
-    database = Postgres(tmp_path / "pgdata")
-    try:
-        asyncio.run(migrate(database.url))
-        with psycopg.connect(database.url, autocommit=True) as conn:
-            # As an open service of an earlier version left it: a store and an entry in `default`.
-            conn.execute(
-                "INSERT INTO contextfold.stores (namespace, name, dimension) VALUES ('default', 'old-notes', 2)"
-            )
-            conn.execute(
-                "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
-                " VALUES ('default', 'old-1', 'old-notes', 'kept from before', 2, '[1,0]')"
-            )
-            conn.execute("DELETE FROM contextfold.migrations WHERE version = 7")
-        asyncio.run(migrate(database.url))
-        with psycopg.connect(database.url, autocommit=True) as conn:
-            moved = conn.execute("SELECT namespace, store FROM contextfold.memories WHERE id = 'old-1'").fetchall()
-            stores = conn.execute("SELECT namespace FROM contextfold.stores WHERE name = 'old-notes'").fetchall()
-            forced = conn.execute(
-                "SELECT bool_and(relforcerowsecurity) FROM pg_class WHERE oid IN"
-                " ('contextfold.stores'::regclass, 'contextfold.memories'::regclass, 'contextfold.providers'::regclass)"
-            ).fetchone()
-        assert moved == [(OPEN_NAMESPACE, "old-notes")] and stores == [(OPEN_NAMESPACE,)]
-        assert forced == (True,), "row-level security is forced again after the move"
-    finally:
-        database.cleanup()
+def test_what_an_open_service_kept_in_default_moves_to_the_open_namespace(tmp_path, fresh_postgres: Postgres) -> None:
+    asyncio.run(migrate(fresh_postgres.url))
+    with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
+        # As an open service of an earlier version left it: a store and an entry in `default`.
+        conn.execute("INSERT INTO contextfold.stores (namespace, name, dimension) VALUES ('default', 'old-notes', 2)")
+        conn.execute(
+            "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
+            " VALUES ('default', 'old-1', 'old-notes', 'kept from before', 2, '[1,0]')"
+        )
+        conn.execute("DELETE FROM contextfold.migrations WHERE version = 7")
+    asyncio.run(migrate(fresh_postgres.url))
+    with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
+        moved = conn.execute("SELECT namespace, store FROM contextfold.memories WHERE id = 'old-1'").fetchall()
+        stores = conn.execute("SELECT namespace FROM contextfold.stores WHERE name = 'old-notes'").fetchall()
+        forced = conn.execute(
+            "SELECT bool_and(relforcerowsecurity) FROM pg_class WHERE oid IN"
+            " ('contextfold.stores'::regclass, 'contextfold.memories'::regclass, 'contextfold.providers'::regclass)"
+        ).fetchone()
+    assert moved == [(OPEN_NAMESPACE, "old-notes")] and stores == [(OPEN_NAMESPACE,)]
+    assert forced == (True,), "row-level security is forced again after the move"
 
 
 def test_a_key_bound_to_a_user_is_confined_to_that_user(closed: ServerProcess, postgres: Postgres) -> None:
@@ -192,42 +188,34 @@ def test_a_key_bound_to_a_user_is_confined_to_that_user(closed: ServerProcess, p
         assert bound.delete_memories(["a1"]) == 1
 
 
-def test_requests_may_log_in_as_a_role_that_owns_nothing(tmp_path) -> None:
+def test_requests_may_log_in_as_a_role_that_owns_nothing(tmp_path, fresh_postgres: Postgres) -> None:
     """Production's two roles: the schema owner migrates (and reads the keys); requests log in as a
     role that owns nothing, so row-level security binds them, and that cannot read the keys."""
-    database = Postgres(tmp_path / "pgdata")
+    with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE contextfold_app LOGIN")
+    serving_url = fresh_postgres.url.replace("postgresql://postgres:@", "postgresql://contextfold_app:@")
+    assert serving_url != fresh_postgres.url
+    server = start_server(
+        tmp_path / "server.log",
+        "--database-url",
+        serving_url,
+        "--database-migration-url",
+        fresh_postgres.url,
+        "--auth",
+        "none",
+    )
     try:
-        with psycopg.connect(database.url, autocommit=True) as conn:
-            conn.execute("CREATE ROLE contextfold_app LOGIN")
-        serving_url = database.url.replace("postgresql://postgres:@", "postgresql://contextfold_app:@")
-        assert serving_url != database.url
-        server = start_server(
-            tmp_path / "server.log",
-            "--database-url",
-            serving_url,
-            "--database-migration-url",
-            database.url,
-            "--auth",
-            "none",
-        )
-        try:
-            with Client(server.address) as cf:
-                cf.create_store("notes")
-                (added,) = cf.add_memories("notes", ["The user's boat is called Tern"])
-                result = cf.inject(
-                    [{"role": "user", "content": [{"text": "What is my boat called?"}]}], stores=["notes"]
-                )
-                assert [entry.id for entry in result.report.entries] == [added.id]
-        finally:
-            assert server.stop() == 0, server.log()
-        with psycopg.connect(serving_url, autocommit=True) as conn:
-            owners = conn.execute(
-                "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'contextfold'"
-            ).fetchall()
-            assert owners == [("postgres",)]
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("SELECT * FROM contextfold.api_keys")
-            # Without a namespace set, row-level security shows it nothing.
-            assert conn.execute("SELECT count(*) FROM contextfold.memories").fetchone() == (0,)
+        with Client(server.address) as cf:
+            cf.create_store("notes")
+            (added,) = cf.add_memories("notes", ["The user's boat is called Tern"])
+            result = cf.inject([{"role": "user", "content": [{"text": "What is my boat called?"}]}], stores=["notes"])
+            assert [entry.id for entry in result.report.entries] == [added.id]
     finally:
-        database.cleanup()
+        assert server.stop() == 0, server.log()
+    with psycopg.connect(serving_url, autocommit=True) as conn:
+        owners = conn.execute("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'contextfold'").fetchall()
+        assert owners == [("postgres",)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM contextfold.api_keys")
+        # Without a namespace set, row-level security shows it nothing.
+        assert conn.execute("SELECT count(*) FROM contextfold.memories").fetchone() == (0,)

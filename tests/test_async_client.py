@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from contextfold import AsyncClient, InvalidArgument, NotFound
 
-from .conftest import unique, user
+from harness.messages import unique, user
 
 
 def test_the_async_client_manages_memory_and_injects(server) -> None:

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from .conftest import unique
+from harness.messages import unique
 
 
 def run_cli(server, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ import pytest
 from contextfold import AsyncClient, Client
 from contextfold.strands import ContextInjection
 
-from .servers import ROOT
+from harness.servers import ROOT
 
 CALLER = """\
 from contextfold import AsyncClient, Client

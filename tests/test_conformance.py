@@ -21,7 +21,7 @@ from strands.memory import MemoryManager
 from strands.memory.types import MemoryEntry
 from strands.middleware.stages import InvokeModelContext
 
-from .conftest import assistant, unique, user
+from harness.messages import assistant, unique, user
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00"
 

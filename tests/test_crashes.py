@@ -14,8 +14,8 @@ import psutil
 import pytest
 from contextfold import Client
 
-from .polling import wait_for
-from .servers import health_status, running, start_server
+from harness.polling import wait_for
+from harness.servers import health_status, running, start_server
 
 
 def postmaster_pid(data_dir: Path) -> int:

@@ -14,7 +14,7 @@ from contextfold import Client, InvalidArgument
 from contextfold.v1 import injection_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from .conftest import assistant, user
+from harness.messages import assistant, user
 
 SKIP = injection_pb2
 TOWARD_PREFS = [1.0, 0.0, 0.0]

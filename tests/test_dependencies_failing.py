@@ -11,16 +11,9 @@ import pytest
 from contextfold import Client, Unavailable
 from contextfold.v1 import injection_pb2
 
-from .conftest import user
-from .fake_embeddings_api import DIMENSION, FakeEmbeddingsAPI
-from .servers import Postgres, ServerProcess, start_server
-
-
-@pytest.fixture
-def postgres(tmp_path) -> Iterator[Postgres]:
-    database = Postgres(tmp_path / "pgdata")
-    yield database
-    database.cleanup()
+from harness.messages import user
+from harness.servers import Postgres, ServerProcess, start_server
+from harness.stand_ins.embeddings_api import DIMENSION, FakeEmbeddingsAPI
 
 
 @pytest.fixture
@@ -31,11 +24,13 @@ def embeddings_api() -> Iterator[FakeEmbeddingsAPI]:
 
 
 @pytest.fixture
-def remote_embedding_server(tmp_path, postgres: Postgres, embeddings_api: FakeEmbeddingsAPI) -> Iterator[ServerProcess]:
+def remote_embedding_server(
+    tmp_path, fresh_postgres: Postgres, embeddings_api: FakeEmbeddingsAPI
+) -> Iterator[ServerProcess]:
     process = start_server(
         tmp_path / "server.log",
         "--database-url",
-        postgres.url,
+        fresh_postgres.url,
         "--embedder",
         "openai",
         "--openai-base-url",
@@ -85,8 +80,8 @@ def test_injection_fails_open_when_the_embedding_endpoint_fails(
     assert "embedding endpoint failed" in result.report.detail
 
 
-def test_injection_fails_open_when_the_database_stops_mid_run(tmp_path, postgres: Postgres) -> None:
-    process = start_server(tmp_path / "server.log", "--database-url", postgres.url)
+def test_injection_fails_open_when_the_database_stops_mid_run(tmp_path, fresh_postgres: Postgres) -> None:
+    process = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url)
     conversation = [user("What is my favourite colour?")]
     try:
         with Client(process.address, timeout=30) as cf:
@@ -94,7 +89,7 @@ def test_injection_fails_open_when_the_database_stops_mid_run(tmp_path, postgres
             cf.add_memories("prefs", ["The user's favourite colour is green"])
             assert cf.inject(conversation).report.injected
 
-            postgres.kill()
+            fresh_postgres.kill()
             result = cf.inject(conversation)
             assert result.messages == conversation
             assert result.report.skip_reason == injection_pb2.SKIP_REASON_FAILED

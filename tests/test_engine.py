@@ -252,7 +252,7 @@ def test_a_source_given_no_time_is_not_asked() -> None:
     async def provide(spec: ProviderSpec, timeout: float) -> str:
         raise AssertionError("no time was left to ask")
 
-    request = InjectionRequest(providers=(ProviderSpec("clock"),), time_left=0.0)
+    request = InjectionRequest(providers=(ProviderSpec("clock"),), budget=0.0)
     outcome = run([Turn(USER, ("q",))], search, request, provide)
     assert {(s.source, s.skip_reason, s.detail) for s in outcome.sources} == {
         ("memory", SkipReason.TIMEOUT, "no time was left before the caller's deadline"),

@@ -8,8 +8,9 @@ import random
 
 from contextfold import Client
 
+from harness.servers import health_status, serving
+
 from . import fuzz
-from .servers import health_status, serving
 
 # CONTEXTFOLD_FUZZ_SEED replays a run; otherwise each run tries a new seed, and prints it.
 SEED = int(os.environ.get("CONTEXTFOLD_FUZZ_SEED") or random.randrange(2**32))

@@ -17,8 +17,9 @@ import pytest
 from contextfold import Client
 from contextfold.errors import Unauthenticated
 
-from .polling import wait_for
-from .servers import ROOT, Postgres, ServerProcess, start_server
+from harness.polling import wait_for
+from harness.servers import ROOT, Postgres, ServerProcess, start_server
+
 from .test_readme import blocks, section
 from .test_tenancy import keys
 

@@ -6,7 +6,7 @@ import pytest
 from contextfold import Client, InvalidArgument
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 
-from .conftest import assistant, unique, user
+from harness.messages import assistant, unique, user
 
 
 def test_results_are_ranked_across_stores_by_similarity_not_store_order(client: Client, make_store) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,9 +16,11 @@ from contextfold import Aborted, Client, InvalidArgument, NotFound
 from contextfold.v1 import memory_pb2
 from google.protobuf import json_format
 
-from .conftest import unique, user
+from harness.messages import unique, user
+from harness.polling import wait_for
+from harness.servers import Postgres, ServerProcess, serving, start_server
+
 from .filter_oracle import holds, random_filter, random_metadata
-from .servers import Postgres, ServerProcess, serving, start_server
 
 # Updates
 
@@ -150,7 +151,9 @@ def filtered(client: Client) -> Iterator[tuple[list[str], list[dict]]]:
             added = client.add_memories(store, memories)
             for memory, stored in zip(memories, added, strict=True):
                 entries.append({**memory, "store": store, "create_time": stored.create_time.ToDatetime(tzinfo=UTC)})
-        time.sleep(0.01)
+        # The next batch is created later than this one: a range on the creation time tells them apart.
+        last = max(entry["create_time"] for entry in entries)
+        wait_for(lambda last=last: datetime.now(UTC) > last, 5, what="the clock to pass the batch's creation time")
     yield stores, entries
     for store in stores:
         client.delete_store(store, force=True)
@@ -358,10 +361,7 @@ def test_a_store_ttl_expires_its_entries_and_the_purge_deletes_them(purging: Ser
                 }
 
         assert rows() == {short.id, kept.id}
-        deadline = time.monotonic() + 15
-        while rows() != {kept.id}:
-            assert time.monotonic() < deadline, "the purge did not delete the expired entry"
-            time.sleep(0.2)
+        wait_for(lambda: rows() == {kept.id}, 15, what="the purge to delete the expired entry", interval=0.2)
         assert [m.id for m in cf.list_memories(store)] == [kept.id]
 
 
@@ -439,7 +439,9 @@ def test_expiry_holds_at_the_boundary_on_every_read_path_by_a_controllable_clock
     from contextfold_server.engine.filters import FieldTest, Test
     from contextfold_server.engine.memory import SearchQuery
     from contextfold_server.errors import NotFound as NotFoundError
-    from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
+    from contextfold_server.memory.records import NewMemory, Scope
+    from contextfold_server.memory.statements import SEARCH_SETTINGS
+    from contextfold_server.memory.store import PostgresMemoryStore
     from contextfold_server.postgres.migrations import migrate
     from contextfold_server.postgres.pool import Database
 
@@ -518,13 +520,15 @@ def test_a_filtered_search_that_finds_too_few_through_the_vector_index_reads_exa
     from contextfold_server.engine.filters import FieldTest, Test
     from contextfold_server.engine.memory import SearchQuery
     from contextfold_server.memory import store as store_module
-    from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
+    from contextfold_server.memory.records import NewMemory, Scope
+    from contextfold_server.memory.statements import SEARCH_SETTINGS
+    from contextfold_server.memory.store import PostgresMemoryStore
     from contextfold_server.postgres.migrations import migrate
     from contextfold_server.postgres.pool import Database
     from contextfold_server.postgres.vector_index import VectorIndexes
 
     exact_reads: list[bool] = []
-    for name in ("_search_query", "_candidates_query"):
+    for name in ("search_statement", "candidates_statement"):
         composed = getattr(store_module, name)
 
         def spy(*args, composed=composed, **kwargs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from contextfold import AlreadyExists, Client, FailedPrecondition, InvalidArgument, NotFound
 
-from .conftest import unique
+from harness.messages import unique
 
 
 def test_store_lifecycle(client: Client, make_store) -> None:
@@ -243,7 +243,7 @@ def test_a_forged_or_altered_page_token_is_invalid_argument_not_internal(server,
 def test_the_largest_accepted_entries_read_back_at_default_page_sizes(server, client: Client, make_store) -> None:
     import grpc
     from contextfold.v1 import memory_pb2, memory_pb2_grpc
-    from contextfold_server.api.checks import MAX_CONTENT_CHARS, MAX_METADATA_BYTES
+    from contextfold_server.api.fields import MAX_CONTENT_CHARS, MAX_METADATA_BYTES
     from google.protobuf import struct_pb2
 
     store = make_store()

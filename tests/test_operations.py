@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +22,12 @@ from contextfold.errors import ResourceExhausted, Unavailable
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 from contextfold_server.access.keys import OPEN_NAMESPACE
 
+from harness.messages import unique, user
+from harness.polling import wait_for
+from harness.servers import ROOT, SERVE, Postgres, ServerProcess, health_status, provider_fixtures, sample, start_server
+from harness.stand_ins.otlp_collector import FakeCollector
+
 from .certs import make_certificates
-from .conftest import unique, user
-from .fake_otlp_collector import FakeCollector
-from .polling import wait_for
-from .servers import ROOT, SERVE, Postgres, ServerProcess, health_status, provider_fixtures, start_server
 
 LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
@@ -71,23 +71,6 @@ def cf(ops: ServerProcess) -> Iterator[Client]:
         yield client
 
 
-def scrape(server: ServerProcess) -> str:
-    port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", server.log()).group(1)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        return response.read().decode()
-
-
-def sample(metrics: str, name: str, **labels: str) -> float:
-    """The value of one sample, matched by name and the labels given (others may be present)."""
-    for line in metrics.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
-        if all(found.get(key) == value for key, value in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no sample {name} {labels}")
-
-
 def test_limits_name_the_limit_and_store_nothing(cf: Client) -> None:
     store = unique("limits")
     cf.create_store(store)
@@ -109,7 +92,7 @@ def test_limits_name_the_limit_and_store_nothing(cf: Client) -> None:
 def test_past_the_in_flight_limit_calls_are_shed_not_queued(ops: ServerProcess, cf: Client, providers) -> None:
     slow = unique("slow")
     cf.register_provider(slow, f"127.0.0.1:{providers['scripted']}", timeout=10)
-    shed_before = sample(scrape(ops), "contextfold_calls_shed_total")
+    shed_before = sample(ops.scrape(), "contextfold_calls_shed_total")
 
     def call(_: int) -> str:
         try:
@@ -124,7 +107,7 @@ def test_past_the_in_flight_limit_calls_are_shed_not_queued(ops: ServerProcess, 
 
     assert outcomes.count("served") >= 4 and outcomes.count("shed") >= 1, outcomes
     assert outcomes.count("served") + outcomes.count("shed") == 10
-    assert sample(scrape(ops), "contextfold_calls_shed_total") - shed_before == outcomes.count("shed")
+    assert sample(ops.scrape(), "contextfold_calls_shed_total") - shed_before == outcomes.count("shed")
     cf.delete_provider(slow)
 
 
@@ -144,7 +127,7 @@ def test_metrics_show_calls_stages_providers_and_the_pool(ops: ServerProcess, cf
     search = "/contextfold.v1.MemoryService/SearchMemories"
 
     def with_the_refusal() -> str:
-        text = scrape(ops)
+        text = ops.scrape()
         return text if f'code="INVALID_ARGUMENT",method="{search}"' in text else ""
 
     metrics = wait_for(with_the_refusal, 10, what="the refused search in the metrics")
@@ -242,9 +225,8 @@ def test_one_json_log_line_per_call_with_a_request_id_and_no_bodies(ops: ServerP
     assert secret not in ops.log()
 
 
-def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, providers) -> None:
-    database = Postgres(tmp_path / "pgdata")
-    database.kill()
+def test_health_waits_for_the_database_and_sigterm_drains(fresh_postgres: Postgres, tmp_path: Path, providers) -> None:
+    fresh_postgres.kill()
     log = tmp_path / "server.log"
     process = subprocess.Popen(
         [
@@ -256,7 +238,7 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
             "--admin-port",
             "0",
             "--database-url",
-            database.url,
+            fresh_postgres.url,
             "--drain-seconds",
             "3",
             "--auth",
@@ -278,10 +260,14 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
         with Client(address, timeout=10) as early, pytest.raises(Unavailable) as refused:
             list(early.list_stores())
         assert refused.value.reason == "STARTING"
-        wait_for(lambda: "the database is not reachable" in log.read_text(), 30, what="the server to find no database")
+        wait_for(
+            lambda: "the database is not reachable" in log.read_text(),
+            30,
+            what="the server to find no database",
+        )
         assert health_status(address) == "NOT_SERVING"
 
-        database.restart()
+        fresh_postgres.restart()
         wait_for(lambda: health_status(address) == "SERVING", 120, what="SERVING once the database is back")
         server = ServerProcess(process, address, log)
 
@@ -291,7 +277,7 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
             says = {"texts": {slow: "<finished/>"}, "delays": {slow: 2.5}}
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 in_flight = pool.submit(cf.inject, [user("hi")], max_entries=0, providers=[slow], app_state=says)
-                wait_for(lambda: sample(scrape(server), "contextfold_calls_in_flight") >= 1, 10, what="the call")
+                wait_for(lambda: sample(server.scrape(), "contextfold_calls_in_flight") >= 1, 10, what="the call")
                 process.send_signal(signal.SIGTERM)
                 # Draining: health flips at once, and calls are still served.
                 wait_for(lambda: health_status(address) == "NOT_SERVING", 1.0, what="NOT_SERVING at once")
@@ -308,7 +294,6 @@ def test_health_waits_for_the_database_and_sigterm_drains(tmp_path: Path, provid
         if process.poll() is None:
             process.kill()
             process.wait()
-        database.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +302,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.parametrize("mutual", [False, True], ids=["TLS", "mutual TLS"])
-def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
+def test_tls_and_mutual_tls(fresh_postgres: Postgres, tmp_path: Path, certificates, mutual: bool) -> None:
     tls = ["--tls-cert-file", str(certificates.server_cert), "--tls-key-file", str(certificates.server_key)]
     if mutual:
         tls += ["--tls-client-ca-file", str(certificates.ca)]
@@ -327,8 +312,7 @@ def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
         private_key=certificates.client_key.read_bytes() if mutual else None,
         certificate_chain=certificates.client_cert.read_bytes() if mutual else None,
     )
-    database = Postgres(tmp_path / "pgdata")
-    server = start_server(tmp_path / "server.log", "--database-url", database.url, *tls, credentials=trusted)
+    server = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url, *tls, credentials=trusted)
     try:
         with Client(server.address, credentials=trusted, timeout=30) as cf:
             assert cf.create_store("over-tls").name == "over-tls"
@@ -342,17 +326,17 @@ def test_tls_and_mutual_tls(tmp_path: Path, certificates, mutual: bool) -> None:
         assert ("mutual TLS" if mutual else "(TLS)") in server.log()
     finally:
         assert server.stop() == 0, server.log()
-        database.cleanup()
 
 
 def test_the_session_server_runs_open_because_it_was_told_to_and_says_so(server: ServerProcess) -> None:
     assert "the service is OPEN (--auth none)" in server.log()
 
 
-def test_ctrl_c_in_a_terminal_stops_the_server_and_its_workers_cleanly(tmp_path: Path) -> None:
+def test_ctrl_c_in_a_terminal_stops_the_server_and_its_workers_cleanly(
+    tmp_path: Path, fresh_postgres: Postgres
+) -> None:
     """Ctrl-C signals the whole process group: the server and its sandbox workers at once."""
-    database = Postgres(tmp_path / "pgdata")
-    server = start_server(tmp_path / "server.log", "--database-url", database.url)
+    server = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url)
     try:
         os.killpg(server.process.pid, signal.SIGINT)
         assert server.process.wait(60) == 0, server.log()
@@ -360,4 +344,3 @@ def test_ctrl_c_in_a_terminal_stops_the_server_and_its_workers_cleanly(tmp_path:
         assert '"message": "stopped"' in server.log()
     finally:
         server.stop()
-        database.cleanup()

@@ -23,9 +23,9 @@ import tiktoken
 from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from contextfold.v1 import injection_pb2
 
-from .conftest import assistant, user
-from .polling import wait_for
-from .servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
+from harness.messages import assistant, user
+from harness.polling import wait_for
+from harness.servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = "localhost,127.0.0.0/8,::1/128,*.internal,unix:/tmp/contextfold-providers/*"
@@ -351,10 +351,11 @@ def test_a_coalesced_block_names_its_sources_and_dedups_later_turns(cf: Client, 
 # Replicas
 
 
-def test_two_replicas_on_one_database_see_each_others_registrations_within_a_second(tmp_path, ports) -> None:
-    database = Postgres(tmp_path / "pgdata")
-    first = start_server(tmp_path / "first.log", "--database-url", database.url)
-    second = start_server(tmp_path / "second.log", "--database-url", database.url)
+def test_two_replicas_on_one_database_see_each_others_registrations_within_a_second(
+    tmp_path, fresh_postgres: Postgres, ports
+) -> None:
+    first = start_server(tmp_path / "first.log", "--database-url", fresh_postgres.url)
+    second = start_server(tmp_path / "second.log", "--database-url", fresh_postgres.url)
     app_state = {"texts": {"shared": "<shared/>"}}
     try:
         with Client(first.address) as via_first, Client(second.address) as via_second:
@@ -378,20 +379,20 @@ def test_two_replicas_on_one_database_see_each_others_registrations_within_a_sec
         assert first.stop() == 0
         assert second.stop() == 0
 
-        restarted = start_server(tmp_path / "restarted.log", "--database-url", database.url)
+        restarted = start_server(tmp_path / "restarted.log", "--database-url", fresh_postgres.url)
         with Client(restarted.address) as via_restarted:
             assert [p.name for p in via_restarted.list_providers()] == ["kept"], "a restart forgets nothing"
         assert restarted.stop() == 0
     finally:
         first.stop()
         second.stop()
-        database.cleanup()
 
 
-def test_providers_answer_while_the_database_is_down_and_registrations_flow_again_after(tmp_path, ports) -> None:
-    database = Postgres(tmp_path / "pgdata")
-    first = start_server(tmp_path / "first.log", "--database-url", database.url)
-    second = start_server(tmp_path / "second.log", "--database-url", database.url)
+def test_providers_answer_while_the_database_is_down_and_registrations_flow_again_after(
+    tmp_path, fresh_postgres: Postgres, ports
+) -> None:
+    first = start_server(tmp_path / "first.log", "--database-url", fresh_postgres.url)
+    second = start_server(tmp_path / "second.log", "--database-url", fresh_postgres.url)
     app_state = {"texts": {"steady": "<steady/>", "later": "<later/>"}}
     scripted = f"127.0.0.1:{ports['scripted']}"
     try:
@@ -399,14 +400,14 @@ def test_providers_answer_while_the_database_is_down_and_registrations_flow_agai
             via_first.register_provider("steady", scripted)
             wait_for(lambda: "steady" in sources(via_second.inject([user("go")], app_state=app_state)), 1.0)
 
-            database.kill()
+            fresh_postgres.kill()
             # The registrations are cached on every replica: only memory needs the database.
             outage = via_second.inject([user("go")], app_state=app_state)
             assert injected_blocks(outage) == [("steady", "\n\n<steady/>")]
             assert sources(outage)["memory"][0] == SKIP.SKIP_REASON_FAILED
             assert "database unavailable" in sources(outage)["memory"][1]
 
-            database.restart()
+            fresh_postgres.restart()
             wait_for(
                 lambda: via_first.register_provider("later", scripted),
                 15,
@@ -425,7 +426,6 @@ def test_providers_answer_while_the_database_is_down_and_registrations_flow_agai
     finally:
         assert first.stop() == 0, first.log()
         assert second.stop() == 0, second.log()
-        database.cleanup()
 
 
 # A provider in another language

@@ -4,8 +4,6 @@ lexical index's migration on a database that existed before it."""
 from __future__ import annotations
 
 import asyncio
-import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,12 +24,13 @@ from contextfold_server.engine.ranking import (
     store_aware,
 )
 from contextfold_server.memory.reranker import Reranker, RerankFailed
-from contextfold_server.postgres import migrations
+from contextfold_server.postgres.migrations import latest_version, migrate
+from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
 
-from .conftest import unique, user
-from .fake_reranker import FakeReranker
-from .servers import Postgres, ServerProcess, start_server
+from harness.messages import unique, user
+from harness.servers import Postgres, ServerProcess, sample, start_server
+from harness.stand_ins.reranker import FakeReranker
 
 # A personal assistant's memory in small: small talk that is loosely about everything, registered
 # first, and the preferences that matter. Each request lists the entry a person would inject.
@@ -282,15 +281,10 @@ def fake_reranker() -> Iterator[FakeReranker]:
 
 
 @pytest.fixture(scope="module")
-def reranking_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("reranking") / "server.log"
-
-
-@pytest.fixture(scope="module")
-def reranking_server(reranking_log: Path, fake_reranker: FakeReranker) -> Iterator[Client]:
-    root = reranking_log.parent
+def reranking_process(tmp_path_factory: pytest.TempPathFactory, fake_reranker: FakeReranker) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("reranking")
     process = start_server(
-        reranking_log,
+        root / "server.log",
         "--data-dir",
         str(root / "pgdata"),
         "--reranker-url",
@@ -300,10 +294,15 @@ def reranking_server(reranking_log: Path, fake_reranker: FakeReranker) -> Iterat
         env={"CONTEXTFOLD_RERANKER_API_KEY": "sk-rerank"},
     )
     try:
-        with Client(process.address, timeout=30) as cf:
-            yield cf
+        yield process
     finally:
         assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(scope="module")
+def reranking_server(reranking_process: ServerProcess) -> Iterator[Client]:
+    with Client(reranking_process.address, timeout=30) as cf:
+        yield cf
 
 
 @pytest.fixture
@@ -357,7 +356,7 @@ def test_a_failing_reranker_leaves_the_store_aware_order_and_the_report_says_why
 
 
 def test_the_reranker_s_outcomes_are_counted(
-    reranking_server: Client, reranking_log: Path, memory_to_rerank: list[str], fake_reranker: FakeReranker
+    reranking_server: Client, reranking_process: ServerProcess, memory_to_rerank: list[str], fake_reranker: FakeReranker
 ) -> None:
     ask = [user("where is the shed key")]
     for mode in ("ok", "error"):
@@ -366,11 +365,9 @@ def test_the_reranker_s_outcomes_are_counted(
             reranking_server.inject(ask, stores=memory_to_rerank, ranking="rerank")
         finally:
             fake_reranker.mode = "ok"
-    port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", reranking_log.read_text()).group(1)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    counted = dict(re.findall(r'^contextfold_reranker_calls_total\{outcome="(\w+)"\} (\S+)', text, flags=re.M))
-    assert float(counted["ok"]) >= 1 and float(counted["status"]) >= 1
+    metrics = reranking_process.scrape()
+    assert sample(metrics, "contextfold_reranker_calls_total", outcome="ok") >= 1
+    assert sample(metrics, "contextfold_reranker_calls_total", outcome="status") >= 1
 
 
 def test_the_cohere_shape_is_spoken_too(fake_reranker: FakeReranker) -> None:
@@ -408,21 +405,18 @@ def test_an_unreachable_reranker_is_a_failure_to_report_not_an_error() -> None:
 
 
 def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fresh_postgres: Postgres
 ) -> None:
-    database = Postgres(tmp_path / "pgdata")
     server: ServerProcess | None = None
     try:
         # The schema as it was before ranking (migration 9), holding entries.
-        before = [(version, statements) for version, statements in migrations.MIGRATIONS if version < 10]
-        monkeypatch.setattr(migrations, "MIGRATIONS", before)
-        asyncio.run(migrations.migrate(database.url))
+        asyncio.run(migrate(fresh_postgres.url, up_to=9))
         rng = np.random.default_rng(10)
-        with psycopg.connect(database.url, autocommit=True) as conn:
+        with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
             register_vector(conn)
             conn.execute(
                 "INSERT INTO contextfold.stores (namespace, name, dimension) VALUES (%s, 'incidents', 384)",
-                (migrations.OPEN_NAMESPACE,),
+                (OPEN_NAMESPACE,),
             )
             for number in range(50):
                 vector = rng.normal(size=384).astype(np.float32)
@@ -430,18 +424,17 @@ def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entrie
                     "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
                     " VALUES (%s, %s, 'incidents', %s, 384, %s)",
                     (
-                        migrations.OPEN_NAMESPACE,
+                        OPEN_NAMESPACE,
                         f"old-{number}",
                         f"INC-{9000 + number}: a service was slow for a while.",
                         vector / np.linalg.norm(vector),
                     ),
                 )
-        monkeypatch.undo()
 
-        server = start_server(tmp_path / "server.log", "--database-url", database.url)
-        with psycopg.connect(database.url, autocommit=True) as conn:
+        server = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url)
+        with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
             versions = [row[0] for row in conn.execute("SELECT version FROM contextfold.migrations ORDER BY 1")]
-            assert versions[-1] == migrations.MIGRATIONS[-1][0]
+            assert versions[-1] == latest_version()
             index = conn.execute(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = 'contextfold' AND indexname = 'memories_lexemes'"
             ).fetchone()
@@ -459,4 +452,3 @@ def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entrie
     finally:
         if server is not None:
             assert server.stop() == 0, server.log()
-        database.cleanup()

@@ -1,5 +1,5 @@
 """Remember: a conversation's turns become memories once, injected context never does; with an
-extractor (a fake chat endpoint, tests/fake_chat.py), facts are added, correct what is kept, or change
+extractor (a fake chat endpoint, harness/stand_ins/chat.py), facts are added, correct what is kept, or change
 nothing."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from contextfold import Client, InvalidArgument, NotFound, Unavailable
 from contextfold.v1 import memory_pb2
 
-from .conftest import assistant, unique, user
-from .fake_chat import FakeChat
-from .servers import ServerProcess, serving
+from harness.messages import assistant, unique, user
+from harness.servers import ServerProcess, serving
+from harness.stand_ins.chat import FakeChat
 
 ADDED, UPDATED = memory_pb2.RememberedMemory.ACTION_ADDED, memory_pb2.RememberedMemory.ACTION_UPDATED
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +21,11 @@ import pytest
 from contextfold import Client
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
-from .conftest import run_in_typescript_package, unique
-from .polling import wait_for
-from .servers import Postgres, ServerProcess, start_server
+from harness.messages import unique
+from harness.polling import wait_for
+from harness.servers import Postgres, ServerProcess, sample, start_server
+
+from .conftest import run_in_typescript_package
 from .test_go import IMPORT_PATH, go, gopath_env
 
 # Long enough for a client's test suite to start and run within it while replay is paused.
@@ -96,12 +97,7 @@ def asked(cf: Client, store: str, question: str) -> tuple[str, list[str]]:
 
 
 def lag_metric(server: ServerProcess) -> float:
-    port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", server.log()).group(1)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return float(
-        re.search(r'^contextfold_replica_lag_seconds\{replica="replica-1",worker="\d+"\} (\S+)$', text, re.M).group(1)
-    )
+    return sample(server.scrape(), "contextfold_replica_lag_seconds", replica="replica-1")
 
 
 def served_by_the_replica(server: ServerProcess, store: str, timeout: float, what: str) -> None:

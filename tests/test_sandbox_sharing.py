@@ -13,8 +13,9 @@ import pytest
 from contextfold import Client
 from contextfold.v1 import injection_pb2
 
-from .conftest import user
-from .servers import ROOT, SERVE, ServerProcess, start_server
+from harness.messages import user
+from harness.polling import wait_for
+from harness.servers import ROOT, SERVE, ServerProcess, sample, start_server
 
 SKIP = injection_pb2.SkipReason
 # Runs until the sandbox's time limit (1 s here) stops it.
@@ -74,7 +75,11 @@ def test_one_tenants_overrunning_templates_do_not_hold_up_another_tenants(tenant
     with ThreadPoolExecutor(max_workers=24) as pool:
         # Eight overruns queue for the sandbox's two workers: four seconds of work, from one tenant.
         flood = [pool.submit(inject, address, tenants.flooding, OVERRUNNING, 30) for _ in range(8)]
-        time.sleep(0.3)
+        wait_for(
+            lambda: sample(tenants.server.scrape(), "contextfold_calls_in_flight") >= len(flood),
+            10,
+            what="the flood to be in the server",
+        )
         # The flooding tenant's own next call waits behind its queue, within its deadline, and fails open.
         own = pool.submit(inject, address, tenants.flooding, QUICK, 1.0)
         elapsed, result = inject(address, tenants.bystander, QUICK, 10)

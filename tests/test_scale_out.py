@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from contextfold import Client
 
-from .conftest import unique, user
-from .polling import wait_for
-from .servers import Postgres, ServerProcess, start_server
+from harness.messages import unique, user
+from harness.polling import wait_for
+from harness.servers import Postgres, ServerProcess, start_server
 
 
 def nginx_binary(cache: Path) -> Path:

@@ -8,8 +8,8 @@ from contextfold import Client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from .conftest import user
-from .servers import start_server
+from harness.messages import user
+from harness.servers import start_server
 
 
 def test_health_reports_serving_for_the_server_and_each_service(server) -> None:

@@ -23,8 +23,8 @@ from strands import Agent, tool
 from strands.memory import InvocationTrigger, MemoryManager, ModelExtractor
 from strands.models.model import Model
 
-from .conftest import unique
-from .polling import wait_for
+from harness.messages import unique
+from harness.polling import wait_for
 
 Reply = str | dict[str, Any] | Callable[[list[dict], str | None], str]
 

@@ -21,9 +21,9 @@ from contextfold import Client, NotFound
 from contextfold.errors import PermissionDenied, Unauthenticated
 from contextfold.v1 import injection_pb2
 
-from .conftest import unique, user
-from .polling import wait_for
-from .servers import ROOT, Postgres, ServerProcess, provider_fixtures, start_server
+from harness.messages import unique, user
+from harness.polling import wait_for
+from harness.servers import ROOT, Postgres, ServerProcess, provider_fixtures, start_server
 
 KEYS = (sys.executable, "-m", "contextfold.cli", "keys")
 
@@ -171,7 +171,7 @@ def test_two_tenants_never_see_each_other(server: ServerProcess, tenants: Tenant
 
 @pytest.fixture(scope="module")
 def scripted_provider() -> Iterator[int]:
-    """The scripted provider of `tests.provider_fixtures`: its port."""
+    """The scripted provider of `harness.providers`: its port."""
     with provider_fixtures() as ports:
         yield ports["scripted"]
 

@@ -10,8 +10,9 @@ import os
 import re
 from pathlib import Path
 
+from harness.servers import ServerProcess
+
 from .conftest import run_in_typescript_package
-from .servers import ServerProcess
 
 
 def test_the_typescript_package_typechecks(typescript_package: Path) -> None:
@@ -22,6 +23,11 @@ def test_the_typescript_tests_pass_against_the_live_server(typescript_package: P
     output = run_in_typescript_package(
         "npm", "test", env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address}, timeout=600
     )
-    passed = int(re.search(r"^\S+ pass (\d+)$", output, flags=re.M).group(1))
-    failed = int(re.search(r"^\S+ fail (\d+)$", output, flags=re.M).group(1))
-    assert (passed, failed) == (19, 0), output
+    # node's test runner closes with its counts: every test it found passed, or skipped itself (the read
+    # replica's needs a replicated server: tests/test_replicas.py runs it there).
+    counts = {
+        name: int(count)
+        for name, count in re.findall(r"^\S+ (tests|pass|fail|skipped|todo|cancelled) (\d+)$", output, flags=re.M)
+    }
+    assert counts["pass"] > 0 and counts["pass"] + counts["skipped"] == counts["tests"], output
+    assert counts["fail"] == counts["cancelled"] == counts["todo"] == 0, output

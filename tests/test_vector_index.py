@@ -12,26 +12,20 @@ import asyncio
 
 import numpy as np
 import psycopg
-import pytest
 from contextfold_server.engine.memory import SearchQuery
-from contextfold_server.memory.store import SEARCH_SETTINGS, NewMemory, PostgresMemoryStore, Scope
+from contextfold_server.memory.records import NewMemory, Scope
+from contextfold_server.memory.statements import SEARCH_SETTINGS
+from contextfold_server.memory.store import PostgresMemoryStore
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.pool import Database
 from contextfold_server.postgres.vector_index import VectorIndexes
 
-from .polling import wait_for
-from .servers import Postgres
+from harness.polling import wait_for
+from harness.servers import Postgres
 
 DIMENSION = 8
 ENTRIES = 4000
 NEEDLE_EVERY = 50  # one entry in 50 belongs to the scoped user: a 2% filter
-
-
-@pytest.fixture
-def postgres(tmp_path):
-    database = Postgres(tmp_path / "pgdata")
-    yield database
-    database.cleanup()
 
 
 def exact_top(vectors: np.ndarray, query: np.ndarray, limit: int) -> list[int]:
@@ -58,18 +52,18 @@ def index_scans(url: str, *indexes: str) -> dict[str, int]:
     return wait_for(settled, 10, what="the index counts to settle", interval=0.2)
 
 
-def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Postgres) -> None:
+def test_scoped_searches_take_the_fast_index_and_match_exact_search(fresh_postgres: Postgres) -> None:
     rng = np.random.default_rng(7)
     vectors = rng.normal(size=(ENTRIES, DIMENSION)).astype(np.float32)
     needles = list(range(0, ENTRIES, NEEDLE_EVERY))
     queries = rng.normal(size=(20, DIMENSION)).astype(np.float32)
 
     async def run() -> tuple[dict[str, list[list[str]]], dict[str, int]]:
-        await migrate(postgres.url)
-        with psycopg.connect(postgres.url, autocommit=True) as conn:
+        await migrate(fresh_postgres.url)
+        with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
             conn.execute("ALTER DATABASE postgres SET enable_seqscan = off")
-        database = await Database.open(postgres.url, session_settings=SEARCH_SETTINGS)
-        indexes = VectorIndexes(postgres.url)
+        database = await Database.open(fresh_postgres.url, session_settings=SEARCH_SETTINGS)
+        indexes = VectorIndexes(fresh_postgres.url)
         store = PostgresMemoryStore(database, indexes.request)
         try:
             await store.create_store("default", "vectors", "", DIMENSION)
@@ -89,7 +83,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
             )
             await indexes.built(DIMENSION)
             # As autovacuum would after a bulk load: the planner needs to know the table's size.
-            with psycopg.connect(postgres.url, autocommit=True) as conn:
+            with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
                 conn.execute("ANALYZE contextfold.memories")
             found: dict[str, list[list[str]]] = {}
             for user in ("needle", "hay"):
@@ -101,7 +95,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(postgres: Po
         finally:
             await indexes.close()
             await database.close()
-        return found, index_scans(postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")
+        return found, index_scans(fresh_postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")
 
     found, scans = asyncio.run(run())
 

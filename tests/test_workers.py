@@ -16,10 +16,9 @@ import pytest
 from contextfold import Client
 from contextfold_server.config import available_cores
 
-from .conftest import unique, user
-from .polling import wait_for
-from .servers import ServerProcess, health_status, running, start_server
-from .test_operations import sample, scrape
+from harness.messages import unique, user
+from harness.polling import wait_for
+from harness.servers import ServerProcess, health_status, running, sample, start_server
 
 WORKERS = 2
 
@@ -67,7 +66,7 @@ def test_every_worker_serves_and_one_scrape_counts_them_all(workers: ServerProce
     with Client(workers.address, timeout=30) as admin:
         admin.create_store(store)
         admin.add_memories(store, ["The user's favourite colour is green"])
-    before = injects_served(scrape(workers))
+    before = injects_served(workers.scrape())
     clients = separate_connections(workers.address, 8 * count)
     try:
         for cf in clients:
@@ -84,7 +83,7 @@ def test_every_worker_serves_and_one_scrape_counts_them_all(workers: ServerProce
     assert wait_for(lambda: len(served_by()) == count, 10, what="every worker to serve an Inject")
 
     def counted_all() -> str:
-        text = scrape(workers)
+        text = workers.scrape()
         return text if injects_served(text) - before == 8 * count else ""
 
     metrics = wait_for(counted_all, 10, what="every Inject in one scrape")

@@ -45,7 +45,8 @@ func dial(t *testing.T, options contextfold.Options) *contextfold.Client {
 	return cf
 }
 
-// store creates a store holding the given entries (id: content) and returns its name.
+// store creates a store holding the given entries (id: content) and returns its name; the store and its
+// entries are deleted when the test ends.
 func store(t *testing.T, cf *contextfold.Client, entries map[string]string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -53,6 +54,12 @@ func store(t *testing.T, cf *contextfold.Client, entries map[string]string) stri
 	if _, err := cf.Memory.CreateStore(ctx, &contextfoldv1.CreateStoreRequest{Store: &contextfoldv1.Store{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_, err := cf.Memory.DeleteStore(context.Background(), &contextfoldv1.DeleteStoreRequest{Name: name, Force: true})
+		if err != nil {
+			t.Errorf("deleting store %s: %v", name, err)
+		}
+	})
 	var memories []*contextfoldv1.Memory
 	for id, content := range entries {
 		memories = append(memories, &contextfoldv1.Memory{Id: id, Content: content})

@@ -88,7 +88,7 @@ class FailedPrecondition(ServiceError):
 
 
 class _WithReason(ServiceError):
-    """An error with a machine-readable reason (`google.rpc.ErrorInfo`)."""
+    """An error with a machine-readable reason (`google.rpc.ErrorInfo`), given first, then its sentence."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
@@ -102,9 +102,6 @@ class Unavailable(_WithReason):
     """A dependency (the database, the embedder) cannot serve the call now; retrying may work."""
 
     code = code_pb2.UNAVAILABLE
-
-    def __init__(self, message: str, reason: str = "DEPENDENCY_UNAVAILABLE") -> None:
-        super().__init__(reason, message)
 
 
 class Starting(_WithReason):

@@ -36,7 +36,9 @@ from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
 from .postgres.embedded import DataDirInUse, EmbeddedPostgres
-from .process import Shared, run_worker
+from .process import run_worker
+from .reports import AllServing, DatabaseRestarted, Listening, Serving, WorkerReport
+from .wiring import Shared
 
 logger = logging.getLogger("contextfold")
 
@@ -87,9 +89,9 @@ class _Supervisor:
         ports = [worker.admin_port for worker in list(self.workers.values()) if worker.admin_port]
         return [f"http://127.0.0.1:{port}/metrics" for port in ports]
 
-    def heard(self, worker: _Worker, message: tuple) -> None:
-        if message[0] == "listening":
-            worker.admin_port = message[1]
+    def heard(self, worker: _Worker, report: WorkerReport) -> None:
+        if isinstance(report, Listening):
+            worker.admin_port = report.metrics_port
             if not self.announced:
                 self.announced = True
                 logger.info(
@@ -98,18 +100,17 @@ class _Supervisor:
                     self.shared.port,
                     _transport(self.config),
                 )
-        elif message[0] == "serving":
+        elif isinstance(report, Serving):
             worker.serving = worker.served = True
             if all(other.serving for other in self.workers.values()) and len(self.workers) == self.config.workers:
                 self.tell_all_serving(True)
-                _, embedder, dimension = message
                 logger.info(
                     "serving on %s:%d | workers=<%d> embedder=<%s> dimension=<%d>",
                     self.config.host,
                     self.shared.port,
                     self.config.workers,
-                    embedder,
-                    dimension,
+                    report.embedder,
+                    report.dimension,
                 )
 
     def ended(self, worker: _Worker) -> int | None:
@@ -143,20 +144,20 @@ class _Supervisor:
             logger.error("reason=<%s> | the embedded Postgres cannot start again | stopping", error)
             self.stop()
             return 1
-        self.tell("database_restarted")
+        self.tell(DatabaseRestarted())
         if self.workers and all(worker.serving for worker in self.workers.values()):
             self.tell_all_serving(True)
         return None
 
     def tell_all_serving(self, all_serving: bool) -> None:
         """Tell every worker whether they all serve: each one's health says so."""
-        self.tell("all_serving", all_serving)
+        self.tell(AllServing(all_serving))
 
-    def tell(self, *message: object) -> None:
+    def tell(self, word: AllServing | DatabaseRestarted) -> None:
         for worker in self.workers.values():
             if worker.reporting:
                 with contextlib.suppress(OSError):
-                    worker.reports.send(message)
+                    worker.reports.send(word)
 
     def stop(self) -> None:
         """Every worker drains and stops; one that has not within its drain and grace is killed."""

@@ -26,7 +26,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..postgres.listener import ChangeListener
-from ..postgres.migrations import OPEN_NAMESPACE, SCHEMA
+from ..postgres.schema import OPEN_NAMESPACE, SCHEMA
 
 logger = logging.getLogger(__name__)
 

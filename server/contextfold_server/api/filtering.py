@@ -16,7 +16,7 @@ from google.protobuf import struct_pb2
 
 from ..engine.filters import BOUNDS, METADATA, TIME_FIELDS, AllOf, AnyOf, FieldTest, Filter, Not, Test
 from ..errors import InvalidArgument
-from .checks import MAX_METADATA_BYTES, check_text
+from .fields import MAX_METADATA_BYTES, check_text
 
 MAX_FILTER_CONDITIONS = 64
 MAX_FILTER_DEPTH = 8

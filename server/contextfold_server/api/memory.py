@@ -4,131 +4,96 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import grpc
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
+from ..access.policy import key_scope
 from ..embedding import Embedder
-from ..engine.conversation import Role
-from ..engine.memory import SearchQuery
-from ..engine.remember import spoken_turns
-from ..errors import InvalidArgument, NotFound, PermissionDenied
+from ..errors import InvalidArgument, NotFound
+from ..memory.lifecycle import MemoryLifecycle
+from ..memory.records import NewMemory
 from ..memory.remember import Rememberer
 from ..memory.search import MemorySearcher
-from ..memory.store import (
-    UPDATABLE,
-    ImportedMemory,
-    MemoryChange,
-    MemoryVersion,
-    NewMemory,
-    PostgresMemoryStore,
-    StoreRecord,
-)
+from ..memory.store import PostgresMemoryStore
 from ..postgres.consistency import answered_by
-from .caller import CALLER, caller_namespace, confined, deadline_of, key_scope
-from .checks import (
-    MAX_BATCH,
-    MAX_METADATA_BYTES,
-    check_content,
-    check_count,
-    check_description,
-    check_dimension,
-    check_max_results,
-    check_memory_id,
-    check_min_score,
-    check_query,
-    check_store_name,
-    check_store_names,
-    check_struct,
-    check_text,
-    check_vector,
-)
-from .convert import (
-    memory_to_proto,
-    new_memories_from_proto,
-    ranking_from_proto,
-    ranking_to_proto,
-    roles_from_proto,
-    scope_from_proto,
-    store_to_proto,
-    struct_to_dict,
-    time_from_proto,
-    ttl_from_proto,
-    turns_from_messages,
-)
-from .filtering import filter_from_proto
+from .call import CALL
 from .paging import PageTokens, fitting, page_size
-from .status import reports_errors
+from .requests import (
+    Capabilities,
+    parse_add_memories,
+    parse_create_store,
+    parse_delete_memories,
+    parse_delete_store,
+    parse_erase_memories,
+    parse_export_memories,
+    parse_import_batch,
+    parse_list_memories,
+    parse_memory_id,
+    parse_remember,
+    parse_search_memories,
+    parse_update_memory,
+)
+from .responses import memory_to_proto, ranking_to_proto, store_to_proto, version_to_proto
+
+_ACTIONS = {"added": memory_pb2.RememberedMemory.ACTION_ADDED, "updated": memory_pb2.RememberedMemory.ACTION_UPDATED}
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(
         self,
         store: PostgresMemoryStore,
+        lifecycle: MemoryLifecycle,
         embedder: Embedder,
         searcher: MemorySearcher,
         page_tokens: PageTokens,
         rememberer: Rememberer,
+        capabilities: Capabilities,
     ) -> None:
         self._store = store
+        self._lifecycle = lifecycle
         self._page_tokens = page_tokens
         self._embedder = embedder
         self._searcher = searcher
         self._rememberer = rememberer
+        self._capabilities = capabilities
 
-    @reports_errors
     async def CreateStore(
         self, request: memory_pb2.CreateStoreRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.CreateStoreResponse:
-        store = request.store
-        check_store_name(store.name, "store.name")
-        check_description(store.description, "store.description")
-        dimension = check_dimension(store.dimension or self._embedder.dimension, "store.dimension")
-        ttl = ttl_from_proto(store, "store.default_ttl")
+        new = parse_create_store(request, self._capabilities)
         record = await self._store.create_store(
-            caller_namespace(context), store.name, store.description, dimension, ttl
+            CALL.get().namespace, new.name, new.description, new.dimension, new.default_ttl
         )
         return memory_pb2.CreateStoreResponse(store=store_to_proto(record))
 
-    @reports_errors
     async def ListStores(
         self, request: memory_pb2.ListStoresRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ListStoresResponse:
+        call = CALL.get()
         limit = page_size(request.page_size)
         after = self._page_tokens.decode(request.page_token, lambda after: isinstance(after, str)) or ""
-        records = await self._store.list_stores(caller_namespace(context), after, limit + 1, key_scope())
+        records = await self._store.list_stores(call.namespace, after, limit + 1, key_scope(call.caller))
         stores, token = self._page_tokens.page(records, limit, store_to_proto, lambda record: record.name)
         return memory_pb2.ListStoresResponse(stores=stores, next_page_token=token)
 
-    @reports_errors
     async def DeleteStore(
         self, request: memory_pb2.DeleteStoreRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.DeleteStoreResponse:
-        check_store_name(request.name, "name")
-        if key_scope().fields():
-            # A store holds every user's entries: a key confined to one scope may not remove them all.
-            raise PermissionDenied("SCOPE_BOUND_KEY", "DeleteStore: this key is bound to a scope")
-        deleted = await self._store.delete_store(caller_namespace(context), request.name, request.force)
+        name = parse_delete_store(request)
+        deleted = await self._store.delete_store(CALL.get().namespace, name, request.force)
         return memory_pb2.DeleteStoreResponse(deleted_memory_count=deleted)
 
-    @reports_errors
     async def AddMemories(
         self, request: memory_pb2.AddMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.AddMemoriesResponse:
-        check_store_name(request.store, "store")
-        if not request.memories:
-            raise InvalidArgument.of("memories", "must hold at least one entry")
-        check_count(request.memories, MAX_BATCH, "memories", "entries")
-        new = [
-            replace(memory, scope=confined(memory.scope, f"memories[{index}]"))
-            for index, memory in enumerate(new_memories_from_proto(request.memories))
-        ]
-        stores = await self._store.get_stores(caller_namespace(context), [request.store])
-        if request.store not in stores:
-            raise NotFound("store", request.store)
-        new = await self._with_vectors(new, stores[request.store].dimension)
-        records = await self._store.add_memories(caller_namespace(context), request.store, new)
+        add = parse_add_memories(request, CALL.get().caller)
+        namespace = CALL.get().namespace
+        stores = await self._store.get_stores(namespace, [add.store])
+        if add.store not in stores:
+            raise NotFound("store", add.store)
+        new = await self._with_vectors(add.memories, stores[add.store].dimension)
+        records = await self._store.add_memories(namespace, add.store, new)
         return memory_pb2.AddMemoriesResponse(memories=[memory_to_proto(r) for r in records])
 
     async def _with_vectors(
@@ -153,187 +118,100 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             filled[index] = replace(memories[index], vector=vector)
         return filled
 
-    @reports_errors
     async def SearchMemories(
         self, request: memory_pb2.SearchMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.SearchMemoriesResponse:
-        if not request.query.strip() and not request.query_vector:
-            raise InvalidArgument.of("query", "must not be blank unless query_vector is given")
-        check_query(request.query, "query")
-        check_vector(request.query_vector, "query_vector")
-        check_store_names(request.stores, "stores")
-        check_max_results(request.max_results, "max_results")
-        ranking = ranking_from_proto(request.ranking, "ranking")
-        self._searcher.check_ranking(ranking, "ranking")
-        query = SearchQuery(
-            text=request.query,
-            vector=tuple(request.query_vector),
-            stores=tuple(dict.fromkeys(request.stores)),
-            limit=request.max_results or 5,
-            min_score=check_min_score(request, "min_score"),
-            exclude_ids=frozenset(),
-            ranking=ranking,
-            filter=filter_from_proto(request.filter, "filter", request.HasField("filter")),
-        )
-        found = await self._searcher.search(
-            caller_namespace(context),
-            confined(scope_from_proto(request.scope, "scope"), "scope"),
-            query,
-            deadline=deadline_of(context),
-        )
-        scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in found.records]
+        call = CALL.get()
+        search = parse_search_memories(request, call.caller, self._capabilities)
+        found = await self._searcher.search(call.namespace, search.scope, search.query, deadline=call.deadline)
+        scored = [memory_pb2.ScoredMemory(memory=memory_to_proto(r.memory), score=r.score) for r in found.entries]
         # The best results that fit one response: no more than a page may hold.
         return memory_pb2.SearchMemoriesResponse(
             results=scored[: fitting(scored)], ranking=ranking_to_proto(found.ranking), database=answered_by()
         )
 
-    @reports_errors
     async def GetMemory(
         self, request: memory_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.GetMemoryResponse:
-        check_memory_id(request.id, "id")
-        record = await self._store.get_memory(caller_namespace(context), request.id, key_scope())
+        call = CALL.get()
+        record = await self._store.get_memory(call.namespace, parse_memory_id(request.id), key_scope(call.caller))
         return memory_pb2.GetMemoryResponse(memory=memory_to_proto(record))
 
-    @reports_errors
     async def ListMemories(
         self, request: memory_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ListMemoriesResponse:
-        check_store_name(request.store, "store")
+        call = CALL.get()
+        listing = parse_list_memories(request, call.caller)
         limit = page_size(request.page_size)
-        scope = confined(scope_from_proto(request.scope, "scope"), "scope")
-        tree = filter_from_proto(request.filter, "filter", request.HasField("filter"))
-        key = (request.store, scope.user_id, scope.agent_id, scope.session_id, repr(tree))
+        key = listing.page_key()
         after = self._page_tokens.decode(request.page_token, lambda after: type(after) is int, *key) or 0
         records = await self._store.list_memories(
-            caller_namespace(context), request.store, scope, int(after), limit + 1, tree
+            call.namespace, listing.store, listing.scope, int(after), limit + 1, listing.filter
         )
         memories, token = self._page_tokens.page(records, limit, memory_to_proto, lambda record: record.seq, *key)
         return memory_pb2.ListMemoriesResponse(memories=memories, next_page_token=token)
 
-    @reports_errors
     async def DeleteMemories(
         self, request: memory_pb2.DeleteMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.DeleteMemoriesResponse:
-        if not request.ids:
-            raise InvalidArgument.of("ids", "must name at least one entry")
-        check_count(request.ids, MAX_BATCH, "ids", "ids")
-        for index, memory_id in enumerate(request.ids):
-            check_memory_id(memory_id, f"ids[{index}]")
-        deleted = await self._store.delete_memories(
-            caller_namespace(context),
-            list(dict.fromkeys(request.ids)),
-            request.allow_missing,
-            key_scope(),
-        )
+        call = CALL.get()
+        ids = parse_delete_memories(request)
+        deleted = await self._store.delete_memories(call.namespace, ids, request.allow_missing, key_scope(call.caller))
         return memory_pb2.DeleteMemoriesResponse(deleted_count=deleted)
 
-    @reports_errors
     async def UpdateMemory(
         self, request: memory_pb2.UpdateMemoryRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.UpdateMemoryResponse:
-        memory = request.memory
-        check_memory_id(memory.id, "memory.id")
-        if memory.store or request.allow_missing:
-            check_store_name(memory.store, "memory.store")
-        paths = set(request.update_mask.paths)
-        for index, path in enumerate(request.update_mask.paths):
-            if path not in UPDATABLE:
-                raise InvalidArgument.of(
-                    f"update_mask.paths[{index}]", f"{path!r} is not one of {', '.join(UPDATABLE)}"
-                )
-        if not paths:
-            # AIP-134: no mask means the fields the request sets.
-            paths = {name for name in UPDATABLE if _is_set(memory, name)}
-            if not paths:
-                raise InvalidArgument.of("update_mask", "names no field, and memory sets none to update")
-        if request.allow_missing and not memory.content:
-            raise InvalidArgument.of("memory.content", "is required to add the entry when its id is free")
-        if "content" in paths or request.allow_missing:
-            check_content(memory.content, "memory.content")
-        check_struct(memory.metadata, "memory.metadata", MAX_METADATA_BYTES)
-        check_vector(memory.vector, "memory.vector")
-        scope = confined(scope_from_proto(memory, "memory"), "memory")
-        change = MemoryChange(
-            frozenset(paths),
-            content=memory.content,
-            metadata=struct_to_dict(memory.metadata),
-            scope=scope,
-            vector=tuple(memory.vector),
-            expire_time=time_from_proto(memory, "expire_time", "memory.expire_time"),
-        )
-        if ("content" in paths or request.allow_missing) and not change.vector:
-            # A new text, a new embedding: unless the caller gives its own.
+        call = CALL.get()
+        update = parse_update_memory(request, call.caller)
+        change = update.change
+        if update.needs_embedding:
             (vector,) = await self._embedder.embed([change.content])
             change = replace(change, vector=tuple(vector), fields=change.fields | {"vector"})
-        record, created = await self._store.update_memory(
-            caller_namespace(context),
-            memory.id,
+        record, created = await self._lifecycle.update_memory(
+            call.namespace,
+            update.id,
             change,
-            etag=memory.etag,
-            store=memory.store,
-            allow_missing=request.allow_missing,
-            scope=key_scope(),
-            replaced_by=CALLER.get().key_id,
+            etag=update.etag,
+            store=update.store,
+            allow_missing=update.allow_missing,
+            scope=key_scope(call.caller),
+            replaced_by=call.caller.key_id,
         )
         return memory_pb2.UpdateMemoryResponse(memory=memory_to_proto(record), created=created)
 
-    @reports_errors
     async def ListMemoryVersions(
         self, request: memory_pb2.ListMemoryVersionsRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.ListMemoryVersionsResponse:
-        check_memory_id(request.id, "id")
+        call = CALL.get()
+        memory_id = parse_memory_id(request.id)
         limit = page_size(request.page_size)
-        before = self._page_tokens.decode(request.page_token, lambda v: type(v) is int and v > 0, request.id) or 0
-        versions = await self._store.list_versions(
-            caller_namespace(context), request.id, key_scope(), before, limit + 1
+        before = self._page_tokens.decode(request.page_token, lambda v: type(v) is int and v > 0, memory_id) or 0
+        versions = await self._lifecycle.list_versions(
+            call.namespace, memory_id, key_scope(call.caller), before, limit + 1
         )
-
-        def to_proto(version: MemoryVersion) -> memory_pb2.MemoryVersion:
-            message = memory_pb2.MemoryVersion(
-                version=version.version, memory=memory_to_proto(version.memory), replaced_by=version.replaced_by
-            )
-            message.memory.ClearField("etag")
-            message.replace_time.FromDatetime(version.replace_time)
-            return message
-
-        items, token = self._page_tokens.page(versions, limit, to_proto, lambda v: v.version, request.id)
+        items, token = self._page_tokens.page(versions, limit, version_to_proto, lambda v: v.version, memory_id)
         return memory_pb2.ListMemoryVersionsResponse(versions=items, next_page_token=token)
 
-    @reports_errors
     async def EraseMemories(
         self, request: memory_pb2.EraseMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.EraseMemoriesResponse:
-        check_store_names(request.stores, "stores")
-        scope = scope_from_proto(request.scope, "scope")
-        tree = filter_from_proto(request.filter, "filter", request.HasField("filter"))
-        if not scope.fields() and tree is None:
-            raise InvalidArgument.of("scope", "name a scope or a filter (to erase a whole store, delete it)")
-        if key_scope().fields():
-            # A key bound to a scope erases within it, whatever its role.
-            scope = confined(scope, "scope")
-        elif CALLER.get().role != "admin":
-            raise PermissionDenied(
-                "ADMIN_ROLE_REQUIRED", "EraseMemories needs an admin key, or a key bound to the scope erased"
-            )
-        erased = await self._store.erase(caller_namespace(context), list(dict.fromkeys(request.stores)), scope, tree)
+        call = CALL.get()
+        erasing = parse_erase_memories(request, call.caller)
+        erased = await self._lifecycle.erase(call.namespace, erasing.stores, erasing.scope, erasing.filter)
         return memory_pb2.EraseMemoriesResponse(erased_count=erased)
 
     async def ExportMemories(
         self, request: memory_pb2.ExportMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[memory_pb2.ExportMemoriesResponse]:
-        # Errors raised here end the call with their status (the call pipeline's `_call`).
-        check_store_names(request.stores, "stores")
-        scope = confined(scope_from_proto(request.scope, "scope"), "scope")
-        tree = filter_from_proto(request.filter, "filter", request.HasField("filter"))
-        namespace = caller_namespace(context)
-        names = list(dict.fromkeys(request.stores))
-        stores = await self._store.get_stores(namespace, names)
-        missing = [name for name in names if name not in stores]
+        call = CALL.get()
+        exporting = parse_export_memories(request, call.caller)
+        stores = await self._store.get_stores(call.namespace, exporting.stores)
+        missing = [name for name in exporting.stores if name not in stores]
         if missing:
             raise NotFound("store", missing[0])
         yield memory_pb2.ExportMemoriesResponse(stores=[store_to_proto(record) for record in stores.values()])
-        async for batch in self._store.export(namespace, list(stores), scope, tree):
+        async for batch in self._lifecycle.export(call.namespace, list(stores), exporting.scope, exporting.filter):
             memories = [memory_to_proto(record, vector) for record, vector in batch]
             while memories:
                 kept = fitting(memories)
@@ -343,102 +221,52 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def ImportMemories(
         self, requests: AsyncIterator[memory_pb2.ImportMemoriesRequest], context: grpc.aio.ServicerContext
     ) -> memory_pb2.ImportMemoriesResponse:
-        # Errors raised here end the call with their status (the call pipeline's `_call`); each message
-        # before the failing one is imported, so importing the whole stream again finishes the work.
-        namespace = caller_namespace(context)
+        # Each message before a failing one is imported, so importing the whole stream again finishes the work.
+        call = CALL.get()
         totals = memory_pb2.ImportMemoriesResponse()
         known: dict[str, int] = {}
-        async for number, request in _numbered(requests):
+        number = 0
+        async for request in requests:
             at = f"requests[{number}]"
-            check_count(request.memories, MAX_BATCH, f"{at}.memories", "entries")
-            stores = [_imported_store(store, f"{at}.stores[{index}]") for index, store in enumerate(request.stores)]
-            new = [
-                replace(m, scope=confined(m.scope, f"{at}.memories[{i}]"))
-                for i, m in enumerate(new_memories_from_proto(request.memories))
-            ]
-            imported = []
-            for index, (message, memory) in enumerate(zip(request.memories, new, strict=True)):
-                check_memory_id(message.id, f"{at}.memories[{index}].id")
-                check_store_name(message.store, f"{at}.memories[{index}].store")
-                imported.append(
-                    ImportedMemory(
-                        memory,
-                        message.store,
-                        time_from_proto(message, "create_time", f"{at}.memories[{index}].create_time"),
-                        time_from_proto(message, "update_time", f"{at}.memories[{index}].update_time"),
-                    )
-                )
-            known |= {store.name: store.dimension for store in stores}
-            wanted = [m.store for m in imported if m.store not in known]
+            number += 1
+            batch = parse_import_batch(request, at, call.caller)
+            known |= {store.name: store.dimension for store in batch.stores}
+            wanted = [m.store for m in batch.memories if m.store not in known]
             if wanted:
-                found = await self._store.get_stores(namespace, list(dict.fromkeys(wanted)))
+                found = await self._store.get_stores(call.namespace, list(dict.fromkeys(wanted)))
                 known |= {name: record.dimension for name, record in found.items()}
                 missing = [name for name in wanted if name not in known]
                 if missing:
                     raise NotFound("store", missing[0])
-            filled = await self._with_vectors(
-                [m.memory for m in imported], {i: known[m.store] for i, m in enumerate(imported)}, f"{at}.memories"
-            )
-            imported = [replace(m, memory=memory) for m, memory in zip(imported, filled, strict=True)]
-            created, counts = await self._store.import_batch(namespace, stores, imported)
+            dimensions = {index: known[m.store] for index, m in enumerate(batch.memories)}
+            filled = await self._with_vectors([m.memory for m in batch.memories], dimensions, f"{at}.memories")
+            imported = [replace(m, memory=memory) for m, memory in zip(batch.memories, filled, strict=True)]
+            created, counts = await self._lifecycle.import_batch(call.namespace, batch.stores, imported)
             totals.created_store_count += len(created)
             totals.added_count += counts["added"]
             totals.replaced_count += counts["replaced"]
             totals.unchanged_count += counts["unchanged"]
         return totals
 
-    @reports_errors
     async def Remember(
         self, request: memory_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.RememberResponse:
-        check_store_name(request.store, "store")
-        self._rememberer.check_extract(request.extract, "extract")
-        turns = turns_from_messages(request.messages)
-        scope = confined(scope_from_proto(request.scope, "scope"), "scope")
-        roles = roles_from_proto(request.roles, "roles")
-        if request.min_chars < 0:
-            raise InvalidArgument.of("min_chars", f"must not be negative, got {request.min_chars}")
-        check_text(request.conversation_id, "conversation_id", 256, multiline=False)
-        metadata = struct_to_dict(check_struct(request.metadata, "metadata", MAX_METADATA_BYTES))
-        identity = (request.store, scope.user_id, scope.agent_id, scope.session_id, request.conversation_id)
-        spoken = spoken_turns(turns, roles or {Role.USER}, max(1, request.min_chars), identity)
+        call = CALL.get()
+        remember = parse_remember(request, call.caller, self._capabilities)
         done = await self._rememberer.remember(
-            caller_namespace(context), request.store, scope, spoken, metadata, request.extract, CALLER.get().key_id
+            call.namespace,
+            remember.store,
+            remember.scope,
+            remember.turns,
+            remember.metadata,
+            remember.extract,
+            call.caller.key_id,
         )
-        actions = {
-            "added": memory_pb2.RememberedMemory.ACTION_ADDED,
-            "updated": memory_pb2.RememberedMemory.ACTION_UPDATED,
-        }
         return memory_pb2.RememberResponse(
             memories=[
-                memory_pb2.RememberedMemory(action=actions[action], memory=memory_to_proto(record))
+                memory_pb2.RememberedMemory(action=_ACTIONS[action], memory=memory_to_proto(record))
                 for action, record in done.memories
             ],
             remembered_turn_count=done.new_turns,
             skipped_turn_count=done.skipped_turns,
         )
-
-
-def _is_set(memory: memory_pb2.Memory, name: str) -> bool:
-    """Whether an update's entry sets the field `name` (a mask left empty updates those)."""
-    if name in ("metadata", "expire_time"):
-        return memory.HasField(name)
-    return bool(getattr(memory, name))
-
-
-def _imported_store(store: memory_pb2.Store, field: str) -> StoreRecord:
-    """A store to create, as an export wrote it (its creation time is the import's)."""
-    check_store_name(store.name, f"{field}.name")
-    check_description(store.description, f"{field}.description")
-    dimension = check_dimension(store.dimension, f"{field}.dimension")
-    ttl = ttl_from_proto(store, f"{field}.default_ttl")
-    return StoreRecord(store.name, store.description, dimension, datetime.now(UTC), default_ttl=ttl)
-
-
-async def _numbered(
-    requests: AsyncIterator[memory_pb2.ImportMemoriesRequest],
-) -> AsyncIterator[tuple[int, memory_pb2.ImportMemoriesRequest]]:
-    number = 0
-    async for request in requests:
-        yield number, request
-        number += 1

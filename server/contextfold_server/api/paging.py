@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from ..access.sealing import Sealer
 from ..errors import InvalidArgument
-from .caller import CALLER
+from .call import CALL
 
 Record = TypeVar("Record")
 Item = TypeVar("Item", bound=Message)
@@ -59,7 +59,7 @@ class PageTokens:
 
     def encode(self, after: Any, *request_parts: str) -> str:
         """A token for the page after `after`, bound to the request's parts and the caller's namespace."""
-        key = _request_key(CALLER.get().namespace, *request_parts)
+        key = _request_key(CALL.get().namespace, *request_parts)
         payload = json.dumps({"after": after, "key": key}, separators=(",", ":")).encode()
         return _b64(self._sealer.seal(payload))
 
@@ -88,7 +88,7 @@ class PageTokens:
             raise _not_ours() from None
         if not is_position(decoded["after"]):
             raise _not_ours()
-        if decoded["key"] != _request_key(CALLER.get().namespace, *request_parts):
+        if decoded["key"] != _request_key(CALL.get().namespace, *request_parts):
             raise InvalidArgument.of("page_token", "belongs to a request with other parameters")
         return decoded["after"]
 

@@ -1,12 +1,14 @@
 """What every contextfold call goes through before and after its servicer.
 
-In order: a request id (the caller's `x-request-id`, or a new one, returned in
-the answer's initial metadata); a server span joined to the caller's W3C trace
-context; readiness (UNAVAILABLE while the database or the model is starting);
-load shedding (RESOURCE_EXHAUSTED past the limit of calls in flight, rather than
-a queue that grows without bound); the caller's API key, namespace and role;
-then the servicer. Each call ends with its metrics and one JSON log line, which
-says (`loop_stall_ms`) when the call waited on a busy event loop.
+In order: a request id (the caller's `x-request-id`, or a new one, returned in the
+answer's initial metadata); a server span joined to the caller's W3C trace context;
+readiness (UNAVAILABLE while the database or the model is starting); load shedding
+(RESOURCE_EXHAUSTED past the limit of calls in flight, rather than a queue that grows
+without bound); the caller's API key, namespace and role, and whether it may make the
+call (`access/policy.py`); the call's deadline (`call.py`), once; then the servicer.
+Whatever the servicer raises leaves here as its status, in one place: a service error
+with its details, anything else as INTERNAL. Each call ends with its metrics and one
+JSON log line, which says (`loop_stall_ms`) when the call waited on a busy event loop.
 Health and reflection calls pass straight through.
 """
 
@@ -28,14 +30,15 @@ from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..access.keys import OPEN_CALLER, Caller, KeyRing
-from ..errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Starting, Unauthenticated
+from ..access.policy import authorize
+from ..errors import InvalidArgument, ResourceExhausted, ServiceError, Starting, Unauthenticated
 from ..observe.logs import log_call
 from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from ..postgres.consistency import CALL_POSITION, TOKEN_HEADER, CallPosition, parse_token, token
-from .caller import CALLER, REQUEST_ID
-from .checks import malformed
+from .call import CALL, Call, deadline_for
+from .fields import malformed
 from .readiness import Readiness
 from .shape import check_inject_shape
 from .status import abort_with
@@ -43,20 +46,6 @@ from .status import abort_with
 logger = logging.getLogger(__name__)
 
 INJECT = "/contextfold.v1.InjectionService/Inject"
-# Calls only an admin key may make: a namespace's stores and provider registrations.
-ADMIN_METHODS = frozenset(
-    f"/contextfold.v1.{method}"
-    for method in (
-        "MemoryService/CreateStore",
-        "MemoryService/DeleteStore",
-        "MemoryService/ImportMemories",
-        "ProviderService/RegisterProvider",
-        "ProviderService/GetProvider",
-        "ProviderService/ListProviders",
-        "ProviderService/UpdateProvider",
-        "ProviderService/DeleteProvider",
-    )
-)
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 # Calls that change nothing, as the protos declare them (`idempotency_level = NO_SIDE_EFFECTS`): only
 # their reads may go to a read replica. A write's reads are on the primary, which holds what it checks.
@@ -109,12 +98,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 async with self._call(method, context) as outcome:
                     response = await behavior(codec.decode(data), context)
                     if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
-                        self._metrics.observe_injection(CALLER.get().namespace, response.report)
+                        self._metrics.observe_injection(CALL.get().namespace, response.report)
                         outcome.update(_injection_fields(response.report))
                     encoded = codec.encode(response)
                     # Headers go with the answer, not before: a call cut off before it answers has sent
                     # nothing, so a proxy may still retry it on another replica.
-                    await context.send_initial_metadata((("x-request-id", REQUEST_ID.get()),))
+                    await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
                     return encoded
                 return None
 
@@ -125,7 +114,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             async def serve_stream(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
                 async with self._call(method, context):
                     request = codec.decode(data)
-                    await context.send_initial_metadata((("x-request-id", REQUEST_ID.get()),))
+                    await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
                     async for response in streaming(request, context):
                         yield codec.encode(response)
 
@@ -141,7 +130,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                             yield codec.decode(data)
 
                     encoded = codec.encode(await receiving(decoded(), context))
-                    await context.send_initial_metadata((("x-request-id", REQUEST_ID.get()),))
+                    await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
                     return encoded
                 return None
 
@@ -173,7 +162,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 position = _call_position(method, sent.get(TOKEN_HEADER))
                 self._in_flight += 1
                 self._metrics.in_flight.inc()
-                caller_token, request_token = CALLER.set(caller), REQUEST_ID.set(request_id)
+                call_token = CALL.set(Call(caller, request_id, deadline_for(context.time_remaining())))
                 position_token = CALL_POSITION.set(position)
                 try:
                     yield outcome
@@ -181,8 +170,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                         # The caller's next calls read this write, on whichever database answers.
                         context.set_trailing_metadata(((TOKEN_HEADER, token(position.written)),))
                 finally:
-                    CALLER.reset(caller_token)
-                    REQUEST_ID.reset(request_token)
+                    CALL.reset(call_token)
                     CALL_POSITION.reset(position_token)
                     self._in_flight -= 1
                     self._metrics.in_flight.dec()
@@ -193,7 +181,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             except (grpc.aio.AbortError, GeneratorExit, asyncio.CancelledError):
                 raise
             except Exception:
-                # A streaming method's unexpected error (unary ones are caught by `reports_errors` first).
+                # A bug: logged here with its trace, and the caller told nothing of it.
                 logger.exception("method=<%s> | unexpected error", method)
                 await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
             finally:
@@ -239,11 +227,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         caller = self._keys.caller(key.strip())
         if caller is None:
             raise Unauthenticated("API_KEY_INVALID", "the API key is not valid, or it was revoked")
-        if method in ADMIN_METHODS and caller.role != "admin":
-            name = method.rsplit("/", 1)[-1]
-            raise PermissionDenied(
-                "ADMIN_ROLE_REQUIRED", f"{name} needs an admin key; this key's role is {caller.role}"
-            )
+        authorize(method, caller)
         return caller
 
 

@@ -18,7 +18,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ..errors import InvalidArgument
-from .checks import (
+from .fields import (
     MAX_APP_STATE_BYTES,
     MAX_MESSAGES,
     MAX_PROVIDERS_NAMED,

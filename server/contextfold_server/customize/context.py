@@ -1,7 +1,10 @@
 """The engine's `Customizer` for one request: what its expressions see, run in the sandbox.
 
 What an expression sees is the request itself (the conversation, the app state, the
-agent) as JSON, built once per request and only when an expression asks. For a
+agent) as JSON, built once per request and only when an expression asks. The messages'
+JSON is the client package's (`contextfold.convert`, which the server depends on for the
+generated stubs too): an expression sees a conversation exactly as a Python, TypeScript or
+Go client writes it, by the one converter that defines that shape. For a
 large request, building and encoding it runs on a thread, not on the event loop:
 the interpreter then lets the loop run every few milliseconds in between.
 """

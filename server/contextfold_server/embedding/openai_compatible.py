@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from ..errors import Unavailable
+from ..outbound import http_client
 
 
 class OpenAICompatibleEmbedder:
@@ -12,8 +13,7 @@ class OpenAICompatibleEmbedder:
         self.name = f"openai:{model}"
         self.dimension = 0
         self._model = model
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self._client = http_client(api_key, base_url, timeout)
 
     async def start(self) -> None:
         """Learn the model's dimension from one probe, so stores can record it."""
@@ -26,9 +26,11 @@ class OpenAICompatibleEmbedder:
             response.raise_for_status()
             data = response.json()["data"]
         except (httpx.HTTPError, KeyError, ValueError) as error:
-            raise Unavailable(f"embedding endpoint failed: {error}") from error
+            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"embedding endpoint failed: {error}") from error
         if len(data) != len(texts):
-            raise Unavailable(f"embedding endpoint returned {len(data)} vectors for {len(texts)} texts")
+            raise Unavailable(
+                "DEPENDENCY_UNAVAILABLE", f"embedding endpoint returned {len(data)} vectors for {len(texts)} texts"
+            )
         # The API may return items in any order; `index` ties each to its input.
         return [item["embedding"] for item in sorted(data, key=lambda item: item["index"])]
 

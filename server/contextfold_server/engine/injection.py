@@ -25,7 +25,7 @@ from .format import NAMED_FORMATS
 from .gate import Customizer, Gate, Skipped, SkipReason, admit
 from .memory import MEMORY_SOURCE, MemoryRequest, MemorySearch, Stages, retrieve_memory
 from .outcome import SourceOutcome, describe, describe_privately
-from .region import Candidate, PlannedBlock, RenderEntries, TokenCounter, plan_region
+from .region import Offer, PlannedBlock, RenderEntries, TokenCounter, plan_region
 from .trigger import Trigger
 
 logger = logging.getLogger(__name__)
@@ -62,8 +62,9 @@ class InjectionRequest:
     missing_providers: tuple[tuple[str, str], ...] = ()
     max_tokens: int = 0
     coalesce: bool = False
-    # Seconds left before the caller gives up; None when it set no deadline.
-    time_left: float | None = None
+    # Seconds the sources may take: the caller's time less what answering takes (api/call.py); None
+    # when the caller set no deadline.
+    budget: float | None = None
 
 
 @dataclass
@@ -88,20 +89,6 @@ class InjectionOutcome:
                 source.skip(reason, detail)
 
 
-# Time kept back from the caller's deadline to build and send the answer, so a
-# source that runs out the clock still leaves room for a fail-open reply, also on
-# a busy machine: a tenth of the caller's time, and at least 50 ms.
-_DEADLINE_RESERVE = 0.05
-_DEADLINE_RESERVE_SHARE = 0.1
-
-
-def answer_budget(time_left: float | None) -> float | None:
-    """Seconds the sources may use: the caller's time less the reserve; None without a deadline."""
-    if time_left is None:
-        return None
-    return max(0.0, time_left - max(_DEADLINE_RESERVE, time_left * _DEADLINE_RESERVE_SHARE))
-
-
 async def inject(
     turns: Sequence[Turn],
     request: InjectionRequest,
@@ -112,7 +99,7 @@ async def inject(
 ) -> InjectionOutcome:
     """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out."""
     started = time.perf_counter()
-    budget = answer_budget(request.time_left)
+    budget = request.budget
     target = fold_target(turns)
     memory = SourceOutcome(MEMORY_SOURCE, request.memory.priority)
     providers = sorted(request.providers, key=lambda spec: (-spec.priority, spec.order))
@@ -123,12 +110,12 @@ async def inject(
         missing.skip(SkipReason.FAILED, detail)
         outcome.sources.append(missing)
 
-    async def offer_memory() -> Candidate:
+    async def offer_memory() -> Offer:
         stages = Stages(outcome.durations)
         await admit(request.memory.gate, turns, target, customizer)
         stages.done("trigger")
         entries = await retrieve_memory(turns, request.memory, search, customizer, memory, stages)
-        return Candidate(
+        return Offer(
             MEMORY_SOURCE,
             request.memory.priority,
             -1,
@@ -137,16 +124,16 @@ async def inject(
             max_tokens=request.memory.max_tokens,
         )
 
-    async def offer_provider(spec: ProviderSpec, timeout: float) -> Candidate:
+    async def offer_provider(spec: ProviderSpec, timeout: float) -> Offer:
         await admit(spec.gate, turns, target, customizer)
         text = await provide(spec, timeout)
         if not text or not text.strip():
             raise Skipped(SkipReason.EMPTY_TEXT, "the provider returned no text")
-        return Candidate(spec.name, spec.priority, spec.order, text=text, max_tokens=spec.max_tokens)
+        return Offer(spec.name, spec.priority, spec.order, text=text, max_tokens=spec.max_tokens)
 
     timeouts = [spec.timeout if budget is None else min(spec.timeout, budget) for spec in providers]
     try:
-        offers = await asyncio.gather(
+        made = await asyncio.gather(
             _bounded(memory, started, budget, offer_memory),
             *(
                 _bounded(source, started, timeout, functools.partial(offer_provider, spec, timeout))
@@ -154,17 +141,17 @@ async def inject(
             ),
         )
         folding = time.perf_counter()
-        candidates = [offer for offer in offers if offer is not None]
-        if candidates:
+        offers = [offer for offer in made if offer is not None]
+        if offers:
             plan = await plan_region(
-                candidates,
+                offers,
                 follows_text=shows_text(turns[target]),
                 max_tokens=request.max_tokens,
                 coalesce=request.coalesce,
                 count_tokens=count_tokens,
             )
             outcome.blocks, outcome.total_tokens = plan.blocks, plan.total_tokens
-            kept = {candidate.source: candidate for candidate in plan.kept}
+            kept = {offer.source: offer for offer in plan.kept}
             for source in outcome.sources:
                 if source.source in kept:
                     source.fold(plan.tokens[source.source], kept[source.source].entries)
@@ -200,8 +187,8 @@ def _memory_renderer(request: MemoryRequest, customizer: Customizer) -> RenderEn
 
 
 async def _bounded(
-    source: SourceOutcome, started: float, timeout: float | None, offer: Callable[[], Awaitable[Candidate]]
-) -> Candidate | None:
+    source: SourceOutcome, started: float, timeout: float | None, offer: Callable[[], Awaitable[Offer]]
+) -> Offer | None:
     """`source`'s offer, made within `timeout`; None, with the reason recorded on `source`, when it has none."""
     try:
         if timeout is not None and timeout <= 0:

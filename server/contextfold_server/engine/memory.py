@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from .conversation import Turn, injected_entry_ids
 from .entries import RetrievedEntry
@@ -24,6 +24,8 @@ from .ranking import Ranking
 from .trigger import Trigger
 
 MEMORY_SOURCE = "memory"
+
+Found = TypeVar("Found")
 
 # A store ranks by embedding similarity, which is not the same as usefulness for
 # this turn: five candidates give the model a choice without bloating the prompt.
@@ -77,22 +79,25 @@ class SearchQuery:
 
 
 @dataclass
-class SearchResult:
-    entries: list[RetrievedEntry]
+class SearchResult(Generic[Found]):
+    """A search's entries, best first (`RetrievedEntry` at the engine's port; the records themselves for
+    SearchMemories), and what the report says of how they were found."""
+
+    entries: list[Found]
     # Sub-stages the search measured itself, e.g. `embed` and `search`.
     durations: dict[str, float] = field(default_factory=dict)
     # Stores named but not searched, each with why (it does not exist, its dimension differs).
     left_out: tuple[str, ...] = ()
     # What else the report should say, e.g. that the reranker failed and why.
     notes: tuple[str, ...] = ()
-    # The strategy that ranked `entries`.
+    # The strategy that ranked `entries`, and why it is not the one asked for, when it is not.
     ranking: Ranking | None = None
 
 
 class MemorySearch(Protocol):
     """The port to memory: returns the entries to offer for the query, ranked, best first."""
 
-    async def __call__(self, query: SearchQuery) -> SearchResult: ...
+    async def __call__(self, query: SearchQuery) -> SearchResult[RetrievedEntry]: ...
 
 
 class Stages:

@@ -18,8 +18,24 @@ from __future__ import annotations
 import enum
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
-from .entries import RetrievedEntry
+
+class Ranked(Protocol):
+    """What a ranking weighs: an entry's id, its store, and its similarity to the query. The engine's
+    `RetrievedEntry` is one; so is what a search reads (memory/records.py), ranked before it is converted."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def store(self) -> str: ...
+
+    @property
+    def score(self) -> float: ...
+
+
+Entry = TypeVar("Entry", bound=Ranked)
 
 
 class Ranking(enum.Enum):
@@ -60,18 +76,18 @@ def candidates_per_store(ranking: Ranking, limit: int) -> int:
     return max(wanted, CROWD_RANK + 1)
 
 
-def by_similarity(entries: Iterable[RetrievedEntry], limit: int) -> list[RetrievedEntry]:
+def by_similarity(entries: Iterable[Entry], limit: int) -> list[Entry]:
     """The `limit` most similar entries, whichever store holds them. Ties keep their given order."""
     return sorted(entries, key=lambda entry: entry.score, reverse=True)[:limit]
 
 
-def stand_out_scores(entries: Iterable[RetrievedEntry]) -> dict[str, float]:
+def stand_out_scores(entries: Iterable[Ranked]) -> dict[str, float]:
     """Each entry's similarity plus `STAND_OUT_WEIGHT` times its lead over its store's crowd (the
     store's `CROWD_RANK`-th entry after its best, or its last when it has fewer), by id.
 
     `entries` must hold each store's nearest entries, as many as `candidates_per_store` asks for: a
     store's crowd is read from its own candidates."""
-    stores: dict[str, list[RetrievedEntry]] = defaultdict(list)
+    stores: dict[str, list[Ranked]] = defaultdict(list)
     for entry in entries:
         stores[entry.store].append(entry)
     scores: dict[str, float] = {}
@@ -83,18 +99,18 @@ def stand_out_scores(entries: Iterable[RetrievedEntry]) -> dict[str, float]:
     return scores
 
 
-def store_aware(entries: Sequence[RetrievedEntry], limit: int) -> list[RetrievedEntry]:
+def store_aware(entries: Sequence[Entry], limit: int) -> list[Entry]:
     """The `limit` entries that stand out most from their stores' crowds (`stand_out_scores`), so a
     large store's near-misses cannot crowd out a small store's one clear match."""
     scores = stand_out_scores(entries)
     return sorted(entries, key=lambda entry: scores[entry.id], reverse=True)[:limit]
 
 
-def fuse_by_rank(lists: Iterable[tuple[Sequence[RetrievedEntry], float]], limit: int) -> list[RetrievedEntry]:
+def fuse_by_rank(lists: Iterable[tuple[Sequence[Entry], float]], limit: int) -> list[Entry]:
     """Reciprocal rank fusion: each entry scores weight / (`RRF_K` + rank) in every list holding it.
     Lists are (entries best first, weight); an entry in several lists appears once."""
     scores: dict[str, float] = defaultdict(float)
-    found: dict[str, RetrievedEntry] = {}
+    found: dict[str, Entry] = {}
     for ranked, weight in lists:
         for rank, entry in enumerate(ranked, start=1):
             scores[entry.id] += weight / (RRF_K + rank)
@@ -102,14 +118,14 @@ def fuse_by_rank(lists: Iterable[tuple[Sequence[RetrievedEntry], float]], limit:
     return sorted(found.values(), key=lambda entry: scores[entry.id], reverse=True)[:limit]
 
 
-def hybrid(entries: Sequence[RetrievedEntry], lexical: Sequence[RetrievedEntry], limit: int) -> list[RetrievedEntry]:
+def hybrid(entries: Sequence[Entry], lexical: Sequence[Entry], limit: int) -> list[Entry]:
     """The store-aware order fused by rank with the full-text search's (best first), the lexical
     list at `LEXICAL_WEIGHT`: exact words (an id, an error message) lift the entries holding them."""
     vector = store_aware(entries, len(entries))
     return fuse_by_rank(((vector, 1.0), (lexical, LEXICAL_WEIGHT)), limit)
 
 
-def reorder(entries: Sequence[RetrievedEntry], scores: Mapping[int, float], limit: int) -> list[RetrievedEntry]:
+def reorder(entries: Sequence[Entry], scores: Mapping[int, float], limit: int) -> list[Entry]:
     """`entries` ordered by a reranker's scores (by position in `entries`); entries it did not score
     follow in their given order."""
     positions = sorted(range(len(entries)), key=lambda index: (index not in scores, -scores.get(index, 0.0), index))

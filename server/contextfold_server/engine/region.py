@@ -31,7 +31,7 @@ RenderEntries = Callable[[tuple[RetrievedEntry, ...]], Awaitable[str]]
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Offer:
     """A source's offer: a provider's text, or memory's entries (best first) and how to render them."""
 
     source: str
@@ -51,7 +51,7 @@ class Candidate:
         """Whether it can give up part of itself: memory, entry by entry, down to one; a provider's text cannot."""
         return self.render_entries is not None and len(self.entries) > 1
 
-    def keeping(self, count: int) -> Candidate:
+    def keeping(self, count: int) -> Offer:
         """Memory's offer cut to its `count` best entries."""
         return replace(self, entries=self.entries[:count])
 
@@ -68,7 +68,7 @@ class PlannedBlock:
 class RegionPlan:
     blocks: list[PlannedBlock] = field(default_factory=list)
     # The offers that made it, as folded (memory possibly with fewer entries).
-    kept: list[Candidate] = field(default_factory=list)
+    kept: list[Offer] = field(default_factory=list)
     # The offers left out, each with why.
     dropped: dict[str, Skipped] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
@@ -83,22 +83,22 @@ class _Measures:
         self._texts: dict[tuple[str, int], str] = {}
         self._tokens: dict[tuple[str, int, bool], int] = {}
 
-    async def text(self, candidate: Candidate) -> str:
-        key = (candidate.source, len(candidate.entries))
+    async def text(self, offer: Offer) -> str:
+        key = (offer.source, len(offer.entries))
         if key not in self._texts:
-            self._texts[key] = await candidate.render()
+            self._texts[key] = await offer.render()
         return self._texts[key]
 
-    async def tokens(self, candidate: Candidate, follows_text: bool) -> int:
-        """Tokens of the candidate's block, on a blank line of its own when it follows text."""
-        key = (candidate.source, len(candidate.entries), follows_text)
+    async def tokens(self, offer: Offer, follows_text: bool) -> int:
+        """Tokens of the offer's block, on a blank line of its own when it follows text."""
+        key = (offer.source, len(offer.entries), follows_text)
         if key not in self._tokens:
-            self._tokens[key] = await self._count_tokens(separated(await self.text(candidate), follows_text))
+            self._tokens[key] = await self._count_tokens(separated(await self.text(offer), follows_text))
         return self._tokens[key]
 
 
 async def plan_region(
-    candidates: Sequence[Candidate],
+    offers: Sequence[Offer],
     *,
     follows_text: bool,
     max_tokens: int,
@@ -109,34 +109,34 @@ async def plan_region(
     plan = RegionPlan()
     measures = _Measures(count_tokens)
 
-    kept: list[Candidate] = []
-    for candidate in sorted(candidates, key=lambda c: (-c.priority, c.order)):
+    kept: list[Offer] = []
+    for offer in sorted(offers, key=lambda c: (-c.priority, c.order)):
         try:
-            within_cap = functools.partial(_within_cap, measures, cap=candidate.max_tokens)
-            fitted = await _largest_within(candidate, within_cap)
+            within_cap = functools.partial(_within_cap, measures, cap=offer.max_tokens)
+            fitted = await _largest_within(offer, within_cap)
             blank = fitted is not None and not (await measures.text(fitted)).strip()
         except Skipped as skipped:
-            plan.dropped[candidate.source] = skipped
+            plan.dropped[offer.source] = skipped
             continue
         except Exception as error:  # noqa: BLE001 - a rendering that fails leaves only its source out.
-            plan.dropped[candidate.source] = Skipped(SkipReason.FAILED, describe(error))
+            plan.dropped[offer.source] = Skipped(SkipReason.FAILED, describe(error))
             continue
         if fitted is None:
-            plan.dropped[candidate.source] = Skipped(
-                SkipReason.OVER_BUDGET, f"its text is over its own cap of {candidate.max_tokens} tokens"
+            plan.dropped[offer.source] = Skipped(
+                SkipReason.OVER_BUDGET, f"its text is over its own cap of {offer.max_tokens} tokens"
             )
         elif blank:
-            plan.dropped[candidate.source] = Skipped(SkipReason.EMPTY_TEXT, "its text is blank")
+            plan.dropped[offer.source] = Skipped(SkipReason.EMPTY_TEXT, "its text is blank")
         else:
             kept.append(fitted)
 
-    async def total(region: list[Candidate]) -> int:
+    async def total(region: list[Offer]) -> int:
         """The region's tokens, from each block's count. For one coalesced block, the parts' counts
         and their joins, which the count of the block as folded confirms below."""
         counts = [await measures.tokens(c, follows_text or i > 0) for i, c in enumerate(region)]
         return sum(counts)
 
-    async def fits(region: list[Candidate], last: Candidate | None = None) -> bool:
+    async def fits(region: list[Offer], last: Offer | None = None) -> bool:
         """Whether `region` (with `last` after it, if given) is within the request's budget."""
         return not max_tokens or await total([*region, *([last] if last else [])]) <= max_tokens
 
@@ -161,43 +161,39 @@ async def plan_region(
     return plan
 
 
-async def _within_cap(measures: _Measures, candidate: Candidate, *, cap: int) -> bool:
+async def _within_cap(measures: _Measures, offer: Offer, *, cap: int) -> bool:
     """Whether an offer is within its own cap (counted without a separator); any size, with none."""
-    return not cap or await measures.tokens(candidate, follows_text=False) <= cap
+    return not cap or await measures.tokens(offer, follows_text=False) <= cap
 
 
-async def _largest_within(candidate: Candidate, fits: Callable[[Candidate], Awaitable[bool]]) -> Candidate | None:
+async def _largest_within(offer: Offer, fits: Callable[[Offer], Awaitable[bool]]) -> Offer | None:
     """The offer whole if it fits; else memory's largest share of its best entries that fits; else None.
 
     Halving assumes that fewer entries never take more tokens, which holds for every
     format: an entry adds its own line.
     """
-    if await fits(candidate):
-        return candidate
-    if candidate.render_entries is None or len(candidate.entries) <= 1:
+    if await fits(offer):
+        return offer
+    if offer.render_entries is None or len(offer.entries) <= 1:
         return None
-    low, high = 1, len(candidate.entries) - 1
-    if not await fits(candidate.keeping(low)):
+    low, high = 1, len(offer.entries) - 1
+    if not await fits(offer.keeping(low)):
         return None
     while low < high:
         middle = (low + high + 1) // 2
-        if await fits(candidate.keeping(middle)):
+        if await fits(offer.keeping(middle)):
             low = middle
         else:
             high = middle - 1
-    return candidate.keeping(low)
+    return offer.keeping(low)
 
 
-def _blocks(kept: Sequence[Candidate], texts: Sequence[str], follows_text: bool, coalesce: bool) -> list[PlannedBlock]:
-    memory_ids = tuple(
-        entry.id for candidate in kept if candidate.source == MEMORY_SOURCE for entry in candidate.entries
-    )
+def _blocks(kept: Sequence[Offer], texts: Sequence[str], follows_text: bool, coalesce: bool) -> list[PlannedBlock]:
+    memory_ids = tuple(entry.id for offer in kept if offer.source == MEMORY_SOURCE for entry in offer.entries)
     if coalesce:
-        sources = tuple(candidate.source for candidate in kept)
+        sources = tuple(offer.source for offer in kept)
         return [PlannedBlock(COALESCED_SOURCE, separated("\n\n".join(texts), follows_text), memory_ids, sources)]
     return [
-        PlannedBlock(
-            candidate.source, separated(text, follows_text or index > 0), tuple(e.id for e in candidate.entries)
-        )
-        for index, (candidate, text) in enumerate(zip(kept, texts, strict=True))
+        PlannedBlock(offer.source, separated(text, follows_text or index > 0), tuple(e.id for e in offer.entries))
+        for index, (offer, text) in enumerate(zip(kept, texts, strict=True))
     ]

@@ -13,7 +13,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from .store import PostgresMemoryStore
+from .lifecycle import MemoryLifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ PURGE_BATCH = 500
 
 
 async def purge_expired(
-    store: PostgresMemoryStore, interval: float, purged: Callable[[int], None], batch: int = PURGE_BATCH
+    lifecycle: MemoryLifecycle, interval: float, purged: Callable[[int], None], batch: int = PURGE_BATCH
 ) -> None:
     """Forever: every `interval` seconds (jittered), delete expired entries `batch` at a time until none
     is left, telling `purged` each batch's count. A failure (the database down) waits for the next round."""
@@ -29,7 +29,7 @@ async def purge_expired(
         await asyncio.sleep(interval * random.uniform(0.5, 1.5))
         try:
             while True:
-                count = await store.purge_expired(batch)
+                count = await lifecycle.purge_expired(batch)
                 purged(count)
                 if count < batch:
                     break

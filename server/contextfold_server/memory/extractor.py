@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from ..outbound import http_client
+
 FACTS_PROMPT = (
     "You keep an assistant's long-term memory of a user. From the user's messages below, list the"
     " facts worth remembering about the user: preferences, plans, personal details, decisions. One"
@@ -52,9 +54,7 @@ class Extractor:
         self.url = url.rstrip("/") + "/chat/completions"
         self.model = model
         self.timeout = timeout
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # No redirects, no proxies from the environment: the operator named the endpoint.
-        self._client = httpx.AsyncClient(headers=headers, follow_redirects=False, trust_env=False)
+        self._client = http_client(api_key)
 
     async def facts(self, turns: Sequence[str]) -> list[str]:
         """The facts the user's turns state, at most `MAX_FACTS`."""

@@ -24,7 +24,9 @@ from ..engine.memory import SearchQuery
 from ..engine.remember import SpokenTurn
 from ..errors import InvalidArgument, NotFound, Unavailable
 from .extractor import ExtractFailed, Extractor
-from .store import MemoryChange, MemoryRecord, NewMemory, PostgresMemoryStore, Scope
+from .lifecycle import MemoryLifecycle
+from .records import MemoryChange, MemoryRecord, NewMemory, Scope
+from .store import PostgresMemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +48,17 @@ class Remembered:
 
 
 class Rememberer:
-    def __init__(self, store: PostgresMemoryStore, embedder: Embedder, extractor: Extractor | None = None) -> None:
+    def __init__(
+        self,
+        store: PostgresMemoryStore,
+        lifecycle: MemoryLifecycle,
+        embedder: Embedder,
+        extractor: Extractor | None = None,
+    ) -> None:
         self._store = store
+        self._lifecycle = lifecycle
         self._embedder = embedder
         self._extractor = extractor
-
-    def check_extract(self, extract: bool, field_name: str) -> None:
-        if extract and self._extractor is None:
-            raise InvalidArgument.of(field_name, "needs an extractor, and this server has none configured")
 
     async def remember(
         self,
@@ -77,7 +82,7 @@ class Rememberer:
                 f"has {stores[store].dimension} dimensions and the server's embedder ({self._embedder.name})"
                 f" produces {self._embedder.dimension}: Remember embeds with it",
             )
-        done = await self._store.remembered(namespace, store, [turn.key for turn in turns])
+        done = await self._lifecycle.remembered(namespace, store, [turn.key for turn in turns])
         new = [turn for turn in turns if turn.key not in done]
         if len(new) > MAX_NEW_TURNS:
             raise InvalidArgument.of(
@@ -95,7 +100,7 @@ class Rememberer:
                 NewMemory(turn.text, vector, f"turn-{turn.key}", metadata, scope)
                 for turn, vector in zip(new, vectors, strict=True)
             ]
-            added = await self._store.remember_turns(namespace, store, scope, keys, memories)
+            added = await self._lifecycle.remember_turns(namespace, store, scope, keys, memories)
             outcome.memories = [("added", record) for record in added]
             return outcome
         adds, updates = await self._extract(namespace, store, scope, new)
@@ -107,11 +112,11 @@ class Rememberer:
             )
             for text, vector in zip(adds, vectors[: len(adds)], strict=True)
         ]
-        added = await self._store.remember_turns(namespace, store, scope, keys, memories)
+        added = await self._lifecycle.remember_turns(namespace, store, scope, keys, memories)
         outcome.memories = [("added", record) for record in added]
         for (kept, text), vector in zip(updates, vectors[len(adds) :], strict=True):
             change = MemoryChange(frozenset({"content", "vector"}), content=text, vector=vector)
-            record, _ = await self._store.update_memory(
+            record, _ = await self._lifecycle.update_memory(
                 namespace, kept.id, change, etag=kept.etag, scope=scope, replaced_by=replaced_by
             )
             outcome.memories.append(("updated", record))
@@ -121,7 +126,7 @@ class Rememberer:
         self, namespace: str, store: str, scope: Scope, turns: Sequence[SpokenTurn]
     ) -> tuple[list[str], list[tuple[MemoryRecord, str]]]:
         """The facts to add, and the kept entries to update with their new text, as the extractor decides."""
-        assert self._extractor is not None  # check_extract refused the request otherwise
+        assert self._extractor is not None  # the request's parse refused `extract` otherwise
         started = time.perf_counter()
         try:
             facts = await self._extractor.facts([turn.text for turn in turns])
@@ -144,7 +149,7 @@ class Rememberer:
             short = {str(index): record for index, record in enumerate(kept.values())}
             decisions = await self._extractor.decide(facts, {key: record.content for key, record in short.items()})
         except ExtractFailed as error:
-            raise Unavailable(f"the extractor failed: {error}", "EXTRACTOR_FAILED") from None
+            raise Unavailable("EXTRACTOR_FAILED", f"the extractor failed: {error}") from None
         logger.debug("extracted | facts=<%d> seconds=<%.3f>", len(facts), time.perf_counter() - started)
         adds = list(dict.fromkeys(d.text for d in decisions if d.event == "ADD"))
         updates = {d.id: d.text for d in decisions if d.event == "UPDATE"}

@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from ..outbound import http_client
+
 RERANKER_APIS = ("tei", "cohere")
 
 
@@ -42,9 +44,7 @@ class Reranker:
         self.api = api
         self.model = model
         self.timeout = timeout
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # No redirects, no proxies from the environment: the operator named the endpoint.
-        self._client = httpx.AsyncClient(headers=headers, follow_redirects=False, trust_env=False)
+        self._client = http_client(api_key)
 
     def _body(self, query: str, texts: Sequence[str]) -> dict[str, Any]:
         if self.api == "tei":

@@ -15,19 +15,12 @@ from ..engine.memory import MemorySearch, SearchQuery, SearchResult
 from ..engine.ranking import Ranking
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
+from .records import Candidate, Scope, ScoredRecord, is_memory_id
 from .reranker import Reranker, RerankFailed
-from .store import Candidate, MemoryRecord, PostgresMemoryStore, Scope, ScoredRecord, is_memory_id
+from .store import PostgresMemoryStore
 
-
-@dataclass(frozen=True)
-class Ranked:
-    """A search's results, best first, and how they were ranked."""
-
-    records: list[ScoredRecord]
-    durations: dict[str, float]
-    # The strategy that ranked `records`, and why it is not the one asked for, when it is not.
-    ranking: Ranking
-    notes: tuple[str, ...] = ()
+# What a search returns here: the records themselves, converted for the engine at its port only.
+Found = SearchResult[ScoredRecord]
 
 
 @dataclass
@@ -40,11 +33,6 @@ class MemorySearcher:
     # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
     observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
 
-    def check_ranking(self, asked: Ranking | None, field_name: str) -> None:
-        """A request may ask for the reranker only where one is configured."""
-        if asked is Ranking.RERANK and self.reranker is None:
-            raise InvalidArgument.of(field_name, "RANKING_RERANK needs a reranker, and this server has none configured")
-
     async def search(
         self,
         namespace: str,
@@ -52,7 +40,7 @@ class MemorySearcher:
         query: SearchQuery,
         vector_field: str = "query_vector",
         deadline: float | None = None,
-    ) -> Ranked:
+    ) -> Found:
         """The entries the query's ranking puts first across the stores, with the time spent embedding,
         searching and ranking.
 
@@ -72,7 +60,7 @@ class MemorySearcher:
 
     async def _search(
         self, namespace: str, scope: Scope, query: SearchQuery, deadline: float | None = None
-    ) -> tuple[Ranked, tuple[float, ...], list[tuple[str, int | None]]]:
+    ) -> tuple[Found, tuple[float, ...], list[tuple[str, int | None]]]:
         """The search, the vector it searched with (the caller's, or the query's embedding), and the
         named stores it could not search: each with its dimension, None for one that does not exist.
         The stores are checked from the same round trip as the search itself, which searches only the
@@ -101,12 +89,13 @@ class MemorySearcher:
                 )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
+        left_out = tuple(_left_out(name, dimension, len(query.vector)) for name, dimension in unsearchable)
         if nearest_only:
-            return Ranked(records, durations, strategy), query.vector, unsearchable
+            return Found(records, durations, left_out, ranking=strategy), query.vector, unsearchable
         ranking_started = time.perf_counter()
-        records, strategy, notes = await self._rank(strategy, query, candidates, deadline)
+        ranked, strategy, notes = await self._rank(strategy, query, candidates, deadline)
         durations["rank"] = time.perf_counter() - ranking_started
-        return Ranked(records, durations, strategy, notes), query.vector, unsearchable
+        return Found(ranked, durations, left_out, notes, strategy), query.vector, unsearchable
 
     async def _rank(
         self, strategy: Ranking, query: SearchQuery, candidates: list[Candidate], deadline: float | None
@@ -114,11 +103,11 @@ class MemorySearcher:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`, with the strategy that ranked them and why it is
         not the one asked for. A reranker that fails leaves the store-aware order."""
-        found = {candidate.memory.id: candidate for candidate in candidates}
-        nearest = [_entry(c.memory, c.score) for c in candidates if c.lexical is None]
+        nearest = [c for c in candidates if c.lexical is None]
+        order: list[Candidate]
         if strategy is Ranking.HYBRID:
             words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
-            order = ranking.hybrid(nearest, [_entry(c.memory, c.score) for c in words], len(found))
+            order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
         else:
             order = ranking.store_aware(nearest, len(nearest))
         if query.min_score is not None:
@@ -132,10 +121,11 @@ class MemorySearcher:
             except RerankFailed as error:
                 self.observe_rerank(error.kind)
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
-        return [ScoredRecord(found[entry.id].memory, entry.score) for entry in order[: query.limit]], strategy, notes
+        # Found both ways, an entry is the vector search's: its score is its similarity either way.
+        return [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]], strategy, notes
 
-    async def _rerank(self, text: str, pool: list[RetrievedEntry], deadline: float | None) -> list[RetrievedEntry]:
-        assert self.reranker is not None  # check_ranking refused the request otherwise
+    async def _rerank(self, text: str, pool: list[Candidate], deadline: float | None) -> list[Candidate]:
+        assert self.reranker is not None  # the request's parse refused RANKING_RERANK otherwise
         if not text.strip():
             raise RerankFailed("a query given only as a vector has no text to rerank with", "no_text")
         if not pool:
@@ -147,40 +137,36 @@ class MemorySearcher:
 
     def port(self, namespace: str, scope: Scope, deadline: float | None = None) -> MemorySearch:
         """The engine's `MemorySearch` port, bound to one caller's namespace and scope; `deadline` (the
-        event loop's clock) bounds the reranker's wait."""
+        event loop's clock) bounds the reranker's wait. A store that cannot be searched leaves itself
+        out, not the others."""
 
-        async def search(query: SearchQuery) -> SearchResult:
+        async def search(query: SearchQuery) -> SearchResult[RetrievedEntry]:
             # Ids a conversation claims that no entry could have cannot match anything.
             query = replace(query, exclude_ids=frozenset(filter(is_memory_id, query.exclude_ids)))
-            # A store that cannot be searched leaves itself out, not the others.
-            ranked, vector, unsearchable = await self._search(namespace, scope, query, deadline)
-            left_out = tuple(
-                f"store {name!r} does not exist"
-                if dimension is None
-                else f"store {name!r} was left out: {_dimensions_differ(len(vector), name, dimension)}"
-                for name, dimension in unsearchable
-            )
-            entries = [_entry(record.memory, record.score) for record in ranked.records]
-            return SearchResult(
-                entries=entries,
-                durations=ranked.durations,
-                left_out=left_out,
-                notes=ranked.notes,
-                ranking=ranked.ranking,
-            )
+            found, _, _ = await self._search(namespace, scope, query, deadline)
+            entries = [_entry(record) for record in found.entries]
+            return SearchResult(entries, found.durations, found.left_out, found.notes, found.ranking)
 
         return search
 
 
-def _entry(memory: MemoryRecord, score: float) -> RetrievedEntry:
+def _entry(found: ScoredRecord) -> RetrievedEntry:
+    """A record as the engine sees it: the one conversion, at the port."""
+    memory = found.memory
     return RetrievedEntry(
         id=memory.id,
         store=memory.store,
         content=memory.content,
-        score=score,
+        score=found.score,
         metadata=memory.metadata,
         created_at=memory.create_time,
     )
+
+
+def _left_out(name: str, dimension: int | None, query_dimension: int) -> str:
+    if dimension is None:
+        return f"store {name!r} does not exist"
+    return f"store {name!r} was left out: {_dimensions_differ(query_dimension, name, dimension)}"
 
 
 def _dimensions_differ(query_dimension: int, store: str, store_dimension: int) -> str:

@@ -24,7 +24,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..errors import Unavailable
 from .consistency import CALL_POSITION, lsn_value
-from .migrations import NAMESPACE_SETTING, SERVICE_ROLE, bypasses_row_security
+from .roles import bypasses_row_security
+from .schema import NAMESPACE_SETTING, SERVICE_ROLE
 
 # A pooled connection as adapters use it: rows come back as dicts.
 Connection = psycopg.AsyncConnection[dict[str, Any]]
@@ -109,7 +110,7 @@ class Database:
         except (psycopg.OperationalError, TimeoutError) as error:
             if isinstance(error, psycopg.OperationalError):
                 self._connection_lost()
-            raise Unavailable(f"database unavailable: {error}") from error
+            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {error}") from error
 
     def _connection_lost(self) -> None:
         """One connection was lost: the database restarted, or the network failed, and the idle ones are
@@ -161,7 +162,7 @@ class NamespaceConnection:
                 await self._context.__aexit__(type(error), error, error.__traceback__)
             if isinstance(error, psycopg.OperationalError):
                 self._lost()
-            raise Unavailable(f"database unavailable: {error}") from error
+            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {error}") from error
         return conn
 
     async def __aexit__(
@@ -188,7 +189,7 @@ class NamespaceConnection:
         failure = exc or ending
         if isinstance(failure, psycopg.OperationalError):
             self._lost()
-            raise Unavailable(f"database unavailable: {failure}") from failure
+            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {failure}") from failure
         if exc is None and ending is not None:
             # The block went well and its commit did not: the caller must hear of it.
             raise ending

@@ -19,7 +19,7 @@ import logging
 
 import psycopg
 
-from .migrations import SCHEMA
+from .schema import SCHEMA
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from ..engine.injection import ProviderSpec
 from ..engine.trigger import Trigger
 from ..errors import AlreadyExists, NotFound
 from ..postgres.listener import ChangeListener
-from ..postgres.migrations import SCHEMA
 from ..postgres.pool import Connection, Database
+from ..postgres.schema import SCHEMA
 from .fanout import Route, TlsSettings
 
 CHANNEL = "contextfold_providers"

@@ -14,7 +14,7 @@ import pytest
 from contextfold import Client, InvalidArgument
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 
-from .conftest import unique, user
+from .messages import unique, user
 from .servers import ROOT, ServerProcess, provider_fixtures
 
 
@@ -35,7 +35,7 @@ def registered_large_providers(cf: Client) -> Iterator[dict]:
 def probing(server: ServerProcess) -> Iterator[list[float]]:
     """Health latencies measured from another connection for as long as the block runs."""
     probe = subprocess.Popen(
-        [sys.executable, "-m", "tests.health_probe", server.address],
+        [sys.executable, "-m", "harness.health_probe", server.address],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,23 @@ class ServerProcess:
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, as an orchestrator would; the exit code."""
         return terminate(self.process, timeout)
+
+    def scrape(self) -> str:
+        """What the server's admin port serves at /metrics, every worker's metrics summed."""
+        port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", self.log()).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            return response.read().decode()
+
+
+def sample(metrics: str, name: str, **labels: str) -> float:
+    """The value of one sample, matched by name and the labels given (others may be present)."""
+    for line in metrics.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(found.get(key) == value for key, value in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name} {labels}")
 
 
 def terminate(process: subprocess.Popen, timeout: float = 10.0) -> int:
@@ -112,10 +130,8 @@ def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
 
 @contextlib.contextmanager
 def provider_fixtures() -> Iterator[dict[str, int]]:
-    """The providers of `tests.provider_fixtures`, in a process of their own: each behaviour's port."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.provider_fixtures"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
+    """The providers of `harness.providers`, in a process of their own: each behaviour's port."""
+    process = subprocess.Popen([sys.executable, "-m", "harness.providers"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         yield json.loads(process.stdout.readline())
     finally:
@@ -146,6 +162,13 @@ def running(pid: int) -> bool:
         return False
 
 
+def postgres_binary(name: str) -> Path:
+    """One of the embedded Postgres' programs (pg_dump, pg_basebackup, …)."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / name
+
+
 class Postgres:
     """A Postgres with pgvector of the tests' own (the server's embedded one, run by the test), which
     a test may stop and start again."""
@@ -173,9 +196,7 @@ class Postgres:
     def standby(self, data_dir: Path) -> Postgres:
         """A streaming replica of this server, started: a base backup of it (`pg_basebackup -R`, from
         the bundled binaries) that replays its changes as they come."""
-        from pgserver._commands import POSTGRES_BIN_PATH
-
-        backup = POSTGRES_BIN_PATH / "pg_basebackup"
+        backup = postgres_binary("pg_basebackup")
         subprocess.run(
             [str(backup), "-D", str(data_dir), "-d", self.url, "-R", "-X", "stream", "-c", "fast"],
             check=True, capture_output=True, timeout=120,
@@ -192,6 +213,10 @@ class Postgres:
 
     def log(self) -> str:
         return (self._server.data_dir / "log").read_text(errors="replace")
+
+    def url_of(self, database: str) -> str:
+        """The URL of another database of this server."""
+        return self.url.replace("/postgres?", f"/{database}?", 1)
 
     def query(self, statement: str, params: tuple = ()) -> list[tuple]:
         """Run one statement as the superuser; its rows."""

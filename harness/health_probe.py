@@ -1,4 +1,4 @@
-"""A health probe in a process of its own: `python -m tests.health_probe ADDRESS`.
+"""A health probe in a process of its own: `python -m harness.health_probe ADDRESS`.
 
 It checks health over a connection of its own, again and again, until its stdin
 closes, then prints each check's latency in seconds, as JSON. Being a process of

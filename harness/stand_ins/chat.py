@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from .loopback_http import Answer, LoopbackHTTP, json_answer
+from harness.stand_ins.loopback_http import Answer, LoopbackHTTP, json_answer
 
 
 def facts(text: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Context providers with every behaviour the fan-out must survive, each a real gRPC server.
 
-Run as a process of its own (`python -m tests.provider_fixtures`); it prints
+Run as a process of its own (`python -m harness.providers`); it prints
 one JSON line naming each behaviour's port, then serves until SIGTERM.
 
 - `scripted`: answers `app_state["texts"][provider]` after `app_state["delays"][provider]`

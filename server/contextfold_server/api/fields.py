@@ -1,13 +1,15 @@
-"""Request checks: each field against its rule and its limit, refused with INVALID_ARGUMENT naming it.
+"""The rules of a request's fields, each with its limit: a value that breaks one is refused with
+INVALID_ARGUMENT naming the field and why.
 
-Every limit a request is held to is here, so the README's limits and the
-service's cannot drift apart. A check either returns the value it checked
-(sometimes normalized) or raises; it never touches the database.
+These rules are field-local (a value against its pattern and its limit); `requests.py` applies
+them, with the rules that span fields, as it turns each request into a value. The limits of
+filters are `filtering.py`'s, and those of a large Inject's shape, read before it is parsed,
+`shape.py`'s (from the limits here). A rule returns the value it checked or raises; none touches
+the database.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -15,11 +17,8 @@ from collections.abc import Iterable, Sequence
 from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
-from ..customize.expressions import MAX_EXPRESSION_LENGTH
-from ..customize.sandbox import Sandbox, SandboxTimeout
-from ..customize.templates import MAX_TEMPLATE_LENGTH
-from ..errors import FieldViolation, InvalidArgument, Unavailable
-from ..memory.store import is_memory_id
+from ..errors import InvalidArgument
+from ..memory.records import is_memory_id
 
 # A conversation longer than this is not one a model takes in a single call.
 MAX_MESSAGES = 2000
@@ -231,12 +230,11 @@ def check_provider_name(name: str, field: str, reserved: Sequence[str]) -> str:
 
 
 def check_provider_names(names: Sequence[str], field: str, reserved: Sequence[str]) -> None:
-    """The providers an Inject names: each once, none of contextfold's own sources, within the cap."""
+    """The providers an Inject names: each by the rule every provider name follows, each once, within the cap."""
     check_count(names, MAX_PROVIDERS_NAMED, field, "provider names")
     seen: set[str] = set()
     for index, name in enumerate(names):
-        if not name or name in reserved:
-            raise InvalidArgument.of(f"{field}[{index}]", f"{name!r} names no provider: it is contextfold's own source")
+        check_provider_name(name, f"{field}[{index}]", reserved)
         if name in seen:
             raise InvalidArgument.of(field, f"names provider {name!r} more than once")
         seen.add(name)
@@ -278,58 +276,3 @@ def check_provider_timeout(milliseconds: int, field: str) -> int:
     if not 1 <= milliseconds <= MAX_PROVIDER_TIMEOUT_MS:
         raise InvalidArgument.of(field, f"must be from 1ms to {MAX_PROVIDER_TIMEOUT_MS // 1000}s")
     return milliseconds
-
-
-def check_customization(kind: str, source: str, field: str) -> str:
-    """A `trigger` or `query` expression, or a `format` template, within its length; whether it compiles
-    is `check_compiles`'s to say."""
-    limit = MAX_TEMPLATE_LENGTH if kind == "format" else MAX_EXPRESSION_LENGTH
-    if len(source) > limit:
-        raise InvalidArgument.of(field, f"{_WHAT[kind]}: is {len(source)} characters; at most {limit}")
-    return source
-
-
-_WHAT = {
-    "trigger": "is not a valid CEL trigger expression",
-    "query": "is not a valid CEL query expression",
-    "format": "is not a valid template",
-}
-
-
-async def check_compiles(
-    sandbox: Sandbox,
-    customizations: Sequence[tuple[str, str, str]],
-    tenant: str,
-    within: float | None,
-    *,
-    to_store: bool,
-) -> None:
-    """Refuse each `(kind, source, field)` whose source does not compile, naming why.
-
-    Compiling runs in the sandbox, never on the event loop: Jinja2 and CEL do real work
-    at compile time, which an adversarial template can make arbitrarily large. A source
-    that takes longer than the sandbox's time limit to compile is refused as well. When the
-    caller's time (`within` seconds) runs out first, a source `to_store` is refused with
-    UNAVAILABLE (retry), never stored unchecked; one for this call only goes on unchecked, to
-    fail open later if it must.
-    """
-    asked = [(kind, source, field) for kind, source, field in customizations if source]
-    try:
-        failures = await asyncio.gather(*(sandbox.check(kind, source, tenant, within) for kind, source, _ in asked))
-    except SandboxTimeout as timeout:
-        if to_store:
-            raise Unavailable(f"could not check the expression in time: {timeout}", "SANDBOX_BUSY") from None
-        return
-    violations = [
-        FieldViolation(field, f"{_WHAT[kind]}: {failure.removeprefix('ValueError: ')}")
-        for (kind, _, field), failure in zip(asked, failures, strict=True)
-        if failure is not None
-    ]
-    if violations:
-        raise InvalidArgument(*violations)
-
-
-def one_of(field: str, other: str, both_set: bool) -> None:
-    """Refuse a request that sets `field` and the `other` field it replaces."""
-    if both_set:
-        raise InvalidArgument.of(field, f"replaces {other}; set one of them, not both")

@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from .loopback_http import Answer, LoopbackHTTP
+from harness.stand_ins.loopback_http import Answer, LoopbackHTTP
 
 
 @dataclass(frozen=True)

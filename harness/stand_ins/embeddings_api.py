@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 
-from .loopback_http import Answer, LoopbackHTTP, json_answer
+from harness.stand_ins.loopback_http import Answer, LoopbackHTTP, json_answer
 
 DIMENSION = 16
 

@@ -1,0 +1,140 @@
+"""What memory holds, as values: stores, entries, their changes and versions, a search's candidates.
+
+These are the records the adapters return and the servicers render; they know nothing of SQL
+(`statements.py`) or of the wire (`api/`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+_MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def is_memory_id(value: str) -> bool:
+    """Ids are 1 to 128 printable ASCII characters without spaces."""
+    return bool(_MEMORY_ID.fullmatch(value))
+
+
+@dataclass(frozen=True)
+class Scope:
+    user_id: str = ""
+    agent_id: str = ""
+    session_id: str = ""
+
+    def fields(self) -> dict[str, str]:
+        """The fields that are set, by column: a statement filters on these, as parameters."""
+        return {column: value for column, value in vars(self).items() if value}
+
+
+UNSCOPED = Scope()
+
+
+@dataclass(frozen=True)
+class StoreRecord:
+    name: str
+    description: str
+    dimension: int
+    create_time: datetime
+    memory_count: int = 0
+    # Entries added without an expiry expire this long after; None: never.
+    default_ttl: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    content: str
+    vector: Sequence[float]
+    id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = Scope()
+    # None: the store's default time-to-live after it is added, or never.
+    expire_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    id: str
+    store: str
+    content: str
+    metadata: dict[str, Any]
+    scope: Scope
+    create_time: datetime
+    seq: int
+    # None until the first update.
+    update_time: datetime | None = None
+    expire_time: datetime | None = None
+    version: int = 1
+
+    @property
+    def etag(self) -> str:
+        """Changes with every update, and differs for an entry deleted and added again under its id."""
+        return f"{self.seq}.{self.version}"
+
+
+@dataclass(frozen=True)
+class ImportedMemory:
+    """An entry as ExportMemories wrote it: its own id, store, vector and times."""
+
+    memory: NewMemory
+    store: str
+    create_time: datetime | None
+    update_time: datetime | None
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """What an update replaced: the entry's fields in `version`, and when and by whom it was replaced."""
+
+    version: int
+    memory: MemoryRecord
+    replace_time: datetime
+    replaced_by: str
+
+
+# The fields UpdateMemory may change, by their name in an update mask.
+UPDATABLE = ("content", "metadata", "user_id", "agent_id", "session_id", "vector", "expire_time")
+
+
+@dataclass(frozen=True)
+class MemoryChange:
+    """An update: the new values of the fields in `fields` (names from `UPDATABLE`)."""
+
+    fields: frozenset[str]
+    content: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = Scope()
+    vector: Sequence[float] = ()
+    expire_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ScoredRecord:
+    """An entry a search found, and its similarity to the query: what rankings weigh (`engine.ranking.Ranked`)."""
+
+    memory: MemoryRecord
+    score: float
+
+    @property
+    def id(self) -> str:
+        return self.memory.id
+
+    @property
+    def store(self) -> str:
+        return self.memory.store
+
+    @property
+    def content(self) -> str:
+        return self.memory.content
+
+
+@dataclass(frozen=True)
+class Candidate(ScoredRecord):
+    """An entry a ranking weighs, as the search read it: for one the full-text search found, the weight
+    of the query's rare words it holds (None for the vector search's)."""
+
+    lexical: float | None = None

@@ -1,0 +1,257 @@
+"""The SQL of memory's reads and writes, composed from the caller's values' shape (never their values).
+
+Each builder returns statement text that depends only on a request's shape (a dimension, the
+parts of a filter, whether a scope is set); every value goes as a parameter. So the same shape
+sends the same text, which psycopg prepares once and Postgres plans per values.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ..engine.filters import Filter
+from ..postgres.schema import SCHEMA
+from .filters import anchor, compile_filter
+from .records import MemoryRecord, NewMemory, Scope
+
+# Enough candidates per probe that filtered searches stay accurate, and pgvector
+# 0.8's iterative scan keeps probing when a scope filter discards candidates.
+# Statements psycopg prepares are planned for their values on every execution: a
+# generic plan knows neither the limit nor the scope's values, so it could not pick,
+# call by call, a narrow scope's own index or the vector index for a broad one.
+SEARCH_SETTINGS = (
+    "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
+)
+
+MEMORY_COLUMNS = (
+    "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq, update_time, expire_time, version"
+)
+# An entry is returned until it expires: the caller's clock (`%(live_at)s`) is past its expiry from that moment.
+LIVE = " AND (m.expire_time IS NULL OR m.expire_time > %(live_at)s)"
+# The columns of an entry's version, as `memory_versions` keeps them.
+VERSIONED_COLUMNS = "store, content, metadata, user_id, agent_id, session_id, create_time, update_time, expire_time"
+
+
+def memory_from_row(row: dict[str, Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=row["id"],
+        store=row["store"],
+        content=row["content"],
+        metadata=row["metadata"],
+        scope=Scope(row["user_id"], row["agent_id"], row["session_id"]),
+        create_time=row["create_time"],
+        seq=row["seq"],
+        update_time=row["update_time"],
+        expire_time=row["expire_time"],
+        version=row["version"],
+    )
+
+
+def _scope_filter(columns: Iterable[str]) -> sql.Composable:
+    """` AND m.user_id = %(user_id)s`, … for each column of a scope's fields (the entries' table is `m`)."""
+    return sql.SQL("").join(
+        sql.SQL(" AND {} = {}").format(sql.Identifier("m", column), sql.Placeholder(column)) for column in columns
+    )
+
+
+def entries_where(scope: Scope, tree: Filter | None, live: bool = True) -> tuple[str, dict[str, Any]]:
+    """The conditions after `m.namespace = %(namespace)s` for the entries of `scope` matching `tree` (and
+    with `live`, not expired at `%(live_at)s`), and their parameters besides `live_at`."""
+    scoped = scope.fields()
+    condition, params = compile_filter(tree)
+    return _scope_filter(scoped).as_string(None) + (LIVE if live else "") + condition, {**scoped, **params}
+
+
+STORE_COLUMNS = "name, description, dimension, create_time, default_ttl"
+_M_COLUMNS = sql.SQL(", ").join(sql.Identifier("m", column) for column in MEMORY_COLUMNS.split(", "))
+# The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
+_KNOWN_ONCE = (
+    "CASE WHEN row_number() OVER () = 1"
+    " THEN (SELECT coalesce(jsonb_object_agg(name, dimension), '{{}}') FROM known) END AS known"
+)
+_KNOWN_STORES = (
+    "WITH known AS MATERIALIZED ("
+    " SELECT name, dimension FROM {stores}"
+    " WHERE namespace = %(namespace)s AND (cardinality(%(names)s::text[]) = 0 OR name = ANY(%(names)s::text[]))"
+    ")"
+)
+
+
+@functools.lru_cache(maxsize=128)
+def search_statement(dimension: int, where: str, exact: bool = False) -> str:
+    """The search statement for a dimension and the entries' conditions (`entries_where`); composed once,
+    so every search of the same shape sends the same text (prepared by psycopg, planned per values).
+    `exact` orders by the distance itself, which the vector index does not serve: every entry that
+    matches is weighed. Its first row says how many candidates there were before `min_score`."""
+    return (
+        sql.SQL(
+            _KNOWN_STORES + ", candidates AS MATERIALIZED ("
+            # Iterative index scans may return near-ties slightly out of order;
+            # the outer sort restores exact order over the few candidates.
+            " SELECT {columns}, {distance} AS distance FROM {memories} m"
+            " WHERE m.namespace = %(namespace)s AND m.dimension = {dim}"
+            " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim}))"
+            " AND NOT (m.id = ANY(%(exclude)s)){where}"
+            " ORDER BY distance LIMIT %(limit)s"
+            ") SELECT " + _KNOWN_ONCE + ","
+            " CASE WHEN row_number() OVER () = 1 THEN (SELECT count(*) FROM candidates) END AS candidate_count,"
+            " found.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
+            " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
+            " ORDER BY found.distance"
+        )
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            columns=_M_COLUMNS,
+            memories=sql.Identifier(SCHEMA, "memories"),
+            dim=sql.Literal(dimension),
+            where=sql.SQL(where),
+            distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
+        )
+        .as_string(None)
+    )
+
+
+# The distance the dimension's vector index serves (over its own cast), and the same distance uncast, which it
+# does not: a statement ordering by the second weighs every entry its conditions leave.
+_INDEXED_DISTANCE = "((m.embedding::vector({dim})) <=> %(vector)s)::float8"
+_EXACT_DISTANCE = "(m.embedding <=> %(vector)s)::float8"
+
+
+@functools.lru_cache(maxsize=128)
+def candidates_statement(dimension: int, lexical: bool, where: str, filtered: bool, exact: bool = False) -> str:
+    """The statement reading the candidates of rankings that judge each store's, and with `lexical` the
+    entries holding the query's rare words besides, heaviest first (`rare_word_matches`): each entry with
+    its distance, and its words' weight when it holds any. Without a filter (`where` holds the scope and
+    expiry only), each store's nearest come from `nearest_per_store` (migration 11); with one, each store's
+    `per_store` nearest that match it are read by a statement of their own, through the vector index (its
+    iterative scan skips what the filter refuses) or exactly, as its plan for the store decides; with
+    `exact`, always exactly. Composed once per shape."""
+    words = (
+        ", words AS MATERIALIZED ("
+        " SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
+        " rare.weight AS lexical FROM {rare_words}(%(words)s,"
+        " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
+        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS rare"
+        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = rare.id{where}"
+        ")"
+        if lexical
+        else ""
+    )
+    nearest = (
+        " SELECT nearest.*, NULL::float8 AS lexical FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
+        " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
+        " FROM {memories} m WHERE m.namespace = %(namespace)s AND m.dimension = {dim} AND m.store = s.name"
+        " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
+        if filtered
+        # The function is read where it is called, not through a CTE: a CTE copies what it returns.
+        else " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
+        " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
+        " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s)"
+    )
+    return (
+        sql.SQL(
+            _KNOWN_STORES + words + " SELECT " + _KNOWN_ONCE + ","
+            " found.* FROM (SELECT 1) AS one LEFT JOIN ("
+            + nearest
+            + (" UNION ALL SELECT * FROM words" if lexical else "")
+            + ") AS found ON true"
+        )
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
+            columns=_M_COLUMNS,
+            memories=sql.Identifier(SCHEMA, "memories"),
+            dim=sql.Literal(dimension),
+            rare_words=sql.Identifier(SCHEMA, "rare_word_matches"),
+            where=sql.SQL(where),
+            distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
+        )
+        .as_string(None)
+    )
+
+
+# A filtered search reads through the vector index first: the planner cannot tell how many entries a
+# filter keeps (it has no statistics inside metadata) and would often read a store whole to sort it. The
+# index's scan gives up after this many entries (a filter few entries pass), and the search is then
+# done exactly (`exact`): bounded work wasted, never a result missed.
+INDEX_FIRST = {"enable_sort": "off", "hnsw.max_scan_tuples": "5000"}
+
+
+def known_stores(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The dimension of each store a search statement found (`_KNOWN_ONCE`: on one of its rows)."""
+    return dict(once(rows, "known"))
+
+
+def anchored(tree: Filter | None, params: dict[str, Any]) -> str:
+    """` AND m.id IN (the holders of the filter's anchor)` (`filters.anchor`), its documents added to
+    `params`; empty when the filter has no anchor."""
+    documents = anchor(tree)
+    if documents is None:
+        return ""
+    params["anchor"] = documents
+    return f" AND m.id IN (SELECT {SCHEMA}.metadata_holders(%(anchor)s::jsonb[]))"
+
+
+def once(rows: list[dict[str, Any]], column: str) -> Any:
+    """A value a statement returns on one of its rows only (the first it numbered, not always the first
+    it sorted)."""
+    return next(row[column] for row in rows if row[column] is not None)
+
+
+# An entry's columns as a write gives them; the rest (seq, version, lexemes) Postgres fills in.
+_ENTRY_COLUMNS = (
+    "id, store, content, metadata, user_id, agent_id, session_id, embedding, create_time, update_time, expire_time"
+)
+_ENTRY_ARRAYS = (
+    "%(ids)s::text[], %(stores)s::text[], %(contents)s::text[], %(metadata)s::jsonb[], %(user_ids)s::text[],"
+    " %(agent_ids)s::text[], %(session_ids)s::text[], %(embeddings)s::vector[], %(create_times)s::timestamptz[],"
+    " %(update_times)s::timestamptz[], %(expire_times)s::timestamptz[]"
+)
+
+
+def insert_entries(on_conflict: str, returning: str) -> str:
+    """The one statement that adds entries (`entry_params` gives its parameters): each is created now
+    unless it brings its creation time, updated never unless it brings a later update time, and expires
+    when it says or after the store's time-to-live (`%(ttl)s`); then `on_conflict` (an id taken) and
+    `returning`."""
+    return (
+        f"WITH given AS (SELECT * FROM unnest({_ENTRY_ARRAYS}) AS g({_ENTRY_COLUMNS}))"
+        f" INSERT INTO {SCHEMA}.memories AS m (namespace, {_ENTRY_COLUMNS}, dimension)"
+        " SELECT %(namespace)s, id, store, content, metadata, user_id, agent_id, session_id, embedding,"
+        " coalesce(create_time, now()), nullif(update_time, create_time),"
+        " coalesce(expire_time, now() + %(ttl)s::interval), vector_dims(embedding)"
+        f" FROM given ON CONFLICT (namespace, id) {on_conflict} RETURNING {returning}"
+    )
+
+
+def entry_params(
+    namespace: str,
+    entries: Sequence[tuple[str, str, NewMemory]],
+    ttl: timedelta | None = None,
+    times: Sequence[tuple[Any, Any]] = (),
+) -> dict[str, Any]:
+    """`insert_entries`' parameters for (id, store, entry) triples, with each one's (create, update)
+    times where given."""
+    times = times or [(None, None)] * len(entries)
+    return {
+        "namespace": namespace,
+        "ids": [entry_id for entry_id, _, _ in entries],
+        "stores": [store for _, store, _ in entries],
+        "contents": [memory.content for _, _, memory in entries],
+        "metadata": [Jsonb(memory.metadata) for _, _, memory in entries],
+        "user_ids": [memory.scope.user_id for _, _, memory in entries],
+        "agent_ids": [memory.scope.agent_id for _, _, memory in entries],
+        "session_ids": [memory.scope.session_id for _, _, memory in entries],
+        "embeddings": [np.asarray(memory.vector, dtype=np.float32) for _, _, memory in entries],
+        "create_times": [created for created, _ in times],
+        "update_times": [updated for _, updated in times],
+        "expire_times": [memory.expire_time for _, _, memory in entries],
+        "ttl": ttl,
+    }

@@ -1,0 +1,2 @@
+-- A provider's CEL trigger, in place of a named one.
+ALTER TABLE contextfold.providers ADD COLUMN trigger_expression text NOT NULL DEFAULT ''

@@ -1,0 +1,37 @@
+"""What a worker and its supervisor tell each other over the pipe between them, as typed messages.
+
+A worker reports `Listening` (its port is open; NOT_SERVING yet) and `Serving` (its dependencies
+are ready). The supervisor tells every worker `AllServing` (whether they all serve, which health
+speaks for) and `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
+now, rather than each failing a call first). The pipe pickles them; both ends import them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Listening:
+    # The worker's own metrics, on loopback, for the supervisor's admin port to gather.
+    metrics_port: int
+
+
+@dataclass(frozen=True)
+class Serving:
+    embedder: str
+    dimension: int
+
+
+@dataclass(frozen=True)
+class AllServing:
+    all_serving: bool
+
+
+@dataclass(frozen=True)
+class DatabaseRestarted:
+    pass
+
+
+WorkerReport = Listening | Serving
+SupervisorWord = AllServing | DatabaseRestarted

@@ -1,0 +1,272 @@
+"""A worker's parts, built and connected: from the configuration to its three servicers.
+
+`build` starts every dependency a worker's calls use (the database and its replicas, the vector
+indexes, the model, the sandbox, the provider channels, the caches, the background purge), each
+closed by the exit stack it is given, and returns the servicers over them. `grpc_server` makes
+the gRPC server itself, with the options a mesh or a load balancer expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+
+from .access.sealing import Sealer
+from .api.injection import InjectionServicer
+from .api.memory import MemoryServicer
+from .api.paging import PageTokens
+from .api.pipeline import CallPipeline
+from .api.providers import ProviderServicer
+from .api.requests import Capabilities
+from .config import Config
+from .customize.sandbox import Sandbox
+from .embedding.batching import BatchingEmbedder
+from .engine.ranking import Ranking
+from .memory.expiry import purge_expired
+from .memory.extractor import Extractor
+from .memory.lifecycle import MemoryLifecycle
+from .memory.remember import Rememberer
+from .memory.reranker import Reranker
+from .memory.search import MemorySearcher
+from .memory.statements import SEARCH_SETTINGS
+from .memory.store import PostgresMemoryStore
+from .observe.metrics import Metrics
+from .postgres.listener import ChangeListener
+from .postgres.migrations import migrate, service_secret
+from .postgres.pool import Database
+from .postgres.replicas import Databases
+from .postgres.vector_index import VectorIndexes
+from .providers.egress import EgressPolicy
+from .providers.fanout import ProviderChannels
+from .providers.registry import ProviderDirectory, ProviderRepository
+
+logger = logging.getLogger("contextfold")
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the supervisor starts or finds once, for every worker."""
+
+    # Requests' database URL, and the schema owner's (migrations, index builds, keys, secrets): the same
+    # unless the operator gives a migration role of its own (`--database-migration-url`).
+    database_url: str
+    port: int
+    # The local model's ONNX export; None with a remote embedder.
+    model: Path | None
+    migration_url: str = ""
+
+    @property
+    def owner_url(self) -> str:
+        return self.migration_url or self.database_url
+
+
+@dataclass(frozen=True)
+class Services:
+    injection: InjectionServicer
+    memory: MemoryServicer
+    providers: ProviderServicer
+    embedder: BatchingEmbedder
+    # The primary's pool and each replica's: checked at once when the embedded database restarts.
+    databases: list[Database]
+
+
+async def build(
+    config: Config,
+    shared: Shared,
+    running: contextlib.AsyncExitStack,
+    listener: ChangeListener,
+    metrics: Metrics,
+    metrics_port: int,
+) -> Services:
+    """Start every dependency (each closed by `running` on the way out) and build the servicers."""
+    embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
+    running.push_async_callback(_close_embedder, embedder_loading)
+    await _wait_for_database(shared.owner_url, shared.database_url)
+    database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS)
+    running.push_async_callback(database.close)
+    metrics.watch_pool(database.stats)
+    indexes = VectorIndexes(shared.owner_url)
+    running.push_async_callback(indexes.close)
+    await indexes.build_missing()
+    # Reads on the read replicas, if any: the primary keeps every write and whatever must see one.
+    reading = await Databases.open(
+        database,
+        config.database_read_urls,
+        SEARCH_SETTINGS,
+        max_lag=config.replica_max_lag_seconds,
+        check_seconds=config.replica_check_seconds,
+        observe=metrics.observe_replica,
+        count_read=metrics.count_read,
+    )
+    running.push_async_callback(reading.close)
+    if reading.replicas:
+        await reading.check_replicas()
+        _in_background(running, reading.watch(), "replicas")
+    store = PostgresMemoryStore(reading, indexes.request)
+    lifecycle = MemoryLifecycle(store)
+    # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
+    # keys derived from it.
+    secret = await service_secret(shared.owner_url, "page_tokens")
+    providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
+    # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.
+    policy = await asyncio.to_thread(
+        EgressPolicy.from_option,
+        config.provider_targets,
+        (shared.port, config.admin_port, metrics_port),
+        {shared.database_url, shared.owner_url, *config.database_read_urls},
+    )
+    channels = ProviderChannels(policy)
+    running.push_async_callback(channels.close)
+    directory = ProviderDirectory(providers, listener, on_refresh=channels.keep_only)
+    await listener.start()
+    running.push_async_callback(listener.close)
+    sandbox = Sandbox(workers=config.sandbox_workers, time_limit=config.sandbox_time_limit)
+    running.push_async_callback(sandbox.close)
+    await sandbox.start()
+    embedder = await embedder_loading
+    metrics.watch_embedder(embedder.counts)
+    reranker = _reranker(config, running)
+    extractor = _extractor(config, running)
+    searcher = MemorySearcher(
+        store,
+        embedder,
+        reranker,
+        Ranking(config.ranking),
+        observe_rerank=lambda outcome: metrics.reranker_calls.labels(outcome).inc(),
+    )
+    _in_background(
+        running, purge_expired(lifecycle, config.purge_interval_seconds, metrics.memories_purged.inc), "purge"
+    )
+    capabilities = Capabilities(
+        reranker=reranker is not None, extractor=extractor is not None, embedding_dimension=embedder.dimension
+    )
+    page_tokens = PageTokens(secret)
+    return Services(
+        injection=InjectionServicer(searcher, directory, channels, sandbox, capabilities),
+        memory=MemoryServicer(
+            store,
+            lifecycle,
+            embedder,
+            searcher,
+            page_tokens,
+            Rememberer(store, lifecycle, embedder, extractor),
+            capabilities,
+        ),
+        providers=ProviderServicer(providers, directory, sandbox, page_tokens, policy),
+        embedder=embedder,
+        databases=[database, *(replica.database for replica in reading.replicas)],
+    )
+
+
+async def open_embedder(config: Config, model: Path | None) -> BatchingEmbedder:
+    """The configured embedder, with concurrent calls batched and recent texts cached: the local model
+    from its export (`model`), or, without one, the OpenAI-compatible endpoint."""
+    if model is None:
+        from .embedding.openai_compatible import OpenAICompatibleEmbedder
+
+        remote = OpenAICompatibleEmbedder(config.openai_base_url, config.openai_model, config.openai_api_key)
+        await remote.start()
+        return BatchingEmbedder(remote)
+    from .embedding.local import LocalEmbedder
+
+    # Loading the model takes a moment of CPU: keep it off the event loop.
+    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads))
+
+
+def _reranker(config: Config, running: contextlib.AsyncExitStack) -> Reranker | None:
+    if not config.reranker_url:
+        return None
+    reranker = Reranker(
+        config.reranker_url,
+        config.reranker_api,
+        config.reranker_model,
+        config.reranker_api_key,
+        config.reranker_timeout,
+    )
+    running.push_async_callback(reranker.close)
+    return reranker
+
+
+def _extractor(config: Config, running: contextlib.AsyncExitStack) -> Extractor | None:
+    if not config.extractor_url:
+        return None
+    extractor = Extractor(
+        config.extractor_url, config.extractor_model, config.extractor_api_key, config.extractor_timeout
+    )
+    running.push_async_callback(extractor.close)
+    return extractor
+
+
+def _in_background(running: contextlib.AsyncExitStack, work: Any, name: str) -> None:
+    """Run `work` (a coroutine) for as long as the worker runs; cancelled on the way out."""
+    task = asyncio.create_task(work, name=name)
+
+    async def cancel() -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    running.push_async_callback(cancel)
+
+
+async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
+    if not loading.done():
+        loading.cancel()
+    embedder = (await asyncio.gather(loading, return_exceptions=True))[0]
+    if not isinstance(embedder, BaseException):
+        await embedder.close()
+
+
+async def _wait_for_database(owner_url: str, database_url: str) -> None:
+    """Migrate the schema, waiting (NOT_SERVING) for as long as the database cannot be reached."""
+    while True:
+        try:
+            await migrate(owner_url, serving_url=database_url)
+            return
+        except psycopg.OperationalError as error:
+            logger.warning("reason=<%s> | the database is not reachable | retrying in 1 s", str(error).strip())
+            await asyncio.sleep(1.0)
+
+
+def grpc_server(config: Config, pipeline: CallPipeline, port: int) -> grpc.aio.Server:
+    """The gRPC server, its port added (TLS when configured), every call through `pipeline`."""
+    server = grpc.aio.server(interceptors=[pipeline], options=server_options(config))
+    address = f"{config.host}:{port}"
+    credentials = _credentials(config)
+    server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    return server
+
+
+def server_options(config: Config) -> list[tuple[str, Any]]:
+    """Message limits, keepalive and connection age, suited to a mesh or a load balancer."""
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", 4 * config.max_message_bytes),
+        ("grpc.keepalive_time_ms", int(config.keepalive_seconds * 1000)),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        # Clients (and sidecars) may ping every 10 s; faster is answered with GOAWAY.
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_connection_age_ms", int(config.max_connection_age_seconds * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(config.grace_seconds * 1000)),
+        # Every worker listens on the same port; the kernel spreads connections over them.
+        ("grpc.so_reuseport", 1),
+    ]
+
+
+def _credentials(config: Config) -> grpc.ServerCredentials | None:
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    client_ca = config.tls_client_ca_file.read_bytes() if config.tls_client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(config.tls_key_file.read_bytes(), config.tls_cert_file.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
