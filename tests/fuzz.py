@@ -40,6 +40,7 @@ SERVICES = {
 # Codes that mean the server failed, not the request: never an answer to bad input.
 FAILURES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
 DEADLINE = 20.0
+WATCH = "/grpc.health.v1.Health/Watch"
 STORE, SMALL_STORE, PROVIDER = "fuzz-store", "fuzz-small", "fuzz-provider"
 
 _STRINGS = [
@@ -238,6 +239,17 @@ def valid_requests() -> dict[str, Message]:
         "GetMemory": memory_pb2.GetMemoryRequest(id="fuzz-1"),
         "ListMemories": memory_pb2.ListMemoriesRequest(store=STORE, page_size=2),
         "DeleteMemories": memory_pb2.DeleteMemoriesRequest(ids=["fuzz-gone"], allow_missing=True),
+        "UpdateMemory": memory_pb2.UpdateMemoryRequest(
+            memory=memory_pb2.Memory(id="fuzz-1", content="The user likes green tea"),
+            update_mask={"paths": ["content"]},
+        ),
+        "ListMemoryVersions": memory_pb2.ListMemoryVersionsRequest(id="fuzz-1", page_size=2),
+        "EraseMemories": memory_pb2.EraseMemoriesRequest(scope=memory_pb2.Scope(user_id="fuzz-nobody")),
+        "ExportMemories": memory_pb2.ExportMemoriesRequest(stores=[STORE]),
+        "ImportMemories": memory_pb2.ImportMemoriesRequest(
+            memories=[memory_pb2.Memory(id="fuzz-imported", store=STORE, content="An imported fact")]
+        ),
+        "Remember": memory_pb2.RememberRequest(store=STORE, messages=[user], conversation_id="fuzz"),
         "RegisterProvider": provider_pb2.RegisterProviderRequest(provider=provider),
         "GetProvider": provider_pb2.GetProviderRequest(name=PROVIDER),
         "ListProviders": provider_pb2.ListProvidersRequest(page_size=1),
@@ -250,8 +262,7 @@ def valid_requests() -> dict[str, Message]:
 def methods() -> Iterator[tuple[str, descriptor.MethodDescriptor]]:
     for service_name, service in SERVICES.items():
         for method in service.methods:
-            if not method.server_streaming:
-                yield f"/{service_name}/{method.name}", method
+            yield f"/{service_name}/{method.name}", method
 
 
 def prepare(channel: grpc.Channel) -> None:
@@ -272,10 +283,22 @@ def prepare(channel: grpc.Channel) -> None:
 
 
 def _caller(channel: grpc.Channel) -> Callable[[str, bytes], tuple[grpc.StatusCode, str]]:
+    """A call of any method with one request's bytes: a stream of answers is read to its end (an import,
+    a stream of requests, is sent this one)."""
+    streaming = {path for path, method in methods() if method.server_streaming}
+
     def call(method: str, data: bytes) -> tuple[grpc.StatusCode, str]:
-        stub = channel.unary_unary(method)
         try:
-            stub(data, timeout=DEADLINE)
+            if method == WATCH:
+                # Health's watch answers at once, then whenever the status changes: its first answer is read.
+                answers = channel.unary_stream(method)(data, timeout=DEADLINE)
+                next(answers)
+                answers.cancel()
+            elif method in streaming:
+                for _ in channel.unary_stream(method)(data, timeout=DEADLINE):
+                    pass
+            else:
+                channel.unary_unary(method)(data, timeout=DEADLINE)
             return grpc.StatusCode.OK, ""
         except grpc.RpcError as error:
             return error.code(), error.details() or ""

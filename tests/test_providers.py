@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 import tiktoken
 from contextfold import AlreadyExists, Client, InvalidArgument, NotFound, PermissionDenied, Unavailable
@@ -693,3 +694,40 @@ def test_tls_and_credentials_are_checked_on_registration(cf: Client) -> None:
         with pytest.raises(InvalidArgument) as raised:
             cf.register_provider("badly", "127.0.0.1:1", **settings)
         assert raised.value.field_violations[0][0] == field, settings
+
+
+def test_no_port_the_servers_processes_listen_on_is_a_provider(tmp_path) -> None:
+    """With two workers and the admin port picked at start: the admin port as bound, and every
+    worker's own metrics port (which only the supervisor dials), are the service itself on every
+    connection, whichever worker takes it."""
+    server = start_server(tmp_path / "server.log", "--data-dir", str(tmp_path / "pgdata"), "--workers", "2")
+    try:
+        admin = int(re.search(r"metrics on http://[^:]+:(\d+)/metrics", server.log()).group(1))
+        service = int(server.address.rsplit(":", 1)[1])
+
+        def listening() -> set[int]:
+            processes = [
+                psutil.Process(server.process.pid),
+                *psutil.Process(server.process.pid).children(recursive=True),
+            ]
+            return {
+                connection.laddr.port
+                for process in processes
+                for connection in process.net_connections(kind="tcp")
+                if connection.status == psutil.CONN_LISTEN
+            }
+
+        ports = wait_for(
+            lambda: (found := listening() - {service}) and len(found) >= 3 and found, 30, what="every port"
+        )
+        assert admin in ports
+        for attempt in range(6):
+            # A connection of its own each time: the kernel spreads them over the workers.
+            with Client(server.address, timeout=30) as cf:
+                for port in sorted(ports):
+                    with pytest.raises(PermissionDenied) as denied:
+                        cf.register_provider(f"own{attempt}", f"127.0.0.1:{port}")
+                    assert denied.value.details[0].reason == "EGRESS_DENIED", port
+                    assert "is the service itself" in str(denied.value), port
+    finally:
+        assert server.stop() == 0, server.log()

@@ -22,6 +22,14 @@ def test_health_reports_serving_for_the_server_and_each_service(server) -> None:
             )
 
 
+def test_health_can_be_watched(server) -> None:
+    """Watch, as some balancers and meshes ask for health: the status at once, then as it changes."""
+    with grpc.insecure_channel(server.address) as channel:
+        watching = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=10)
+        assert next(watching).status == health_pb2.HealthCheckResponse.SERVING
+        watching.cancel()
+
+
 def test_reflection_lists_the_services(server) -> None:
     with grpc.insecure_channel(server.address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)

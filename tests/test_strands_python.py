@@ -25,6 +25,7 @@ from strands.models.model import Model
 
 from harness.messages import unique
 from harness.polling import wait_for
+from harness.relay import relayed
 
 Reply = str | dict[str, Any] | Callable[[list[dict], str | None], str]
 
@@ -136,6 +137,26 @@ def test_the_model_sees_the_memory_block_and_history_stays_clean_and_the_next_tu
         (0, [[entry.id for entry in report.entries]]),
         (2, [[ids["vim"]]]),
     ]
+
+
+def test_with_the_service_down_what_was_injected_before_is_still_shown_and_nothing_new_is(
+    server, prefs: str, caplog
+) -> None:
+    model = ScriptedModel(["Solarized Dark, then.", "vim, as always."])
+    with relayed(server.address) as service:
+        injection = ContextInjection(target=service.address, stores=[prefs], scope={"user_id": "ana"}, max_entries=2)
+        agent = Agent(model=model, plugins=[injection], callback_handler=None)
+        agent("Which editor theme should I pick?")
+        injected = texts(model.inputs[0][-1])
+        assert "<memory>" in injected[1]
+
+        service.cut()
+        agent("Which editor do I use?")
+    second = model.inputs[1]
+    assert texts(second[0]) == injected, "the first turn's block, shown again from the agent's state"
+    assert texts(second[-1]) == ["Which editor do I use?"]
+    assert "contextfold inject failed" in caplog.text
+    assert [record["index"] for record in agent.state.get("contextfold")["contextfold:injection"]] == [0]
 
 
 @pytest.mark.parametrize("user_turn, every_turn", [("user_turn", "every_turn"), ("userTurn", "everyTurn")])

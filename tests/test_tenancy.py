@@ -10,6 +10,7 @@ a caller cannot even learn that they exist.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 from contextfold import Client, NotFound
-from contextfold.errors import PermissionDenied, Unauthenticated
+from contextfold.errors import Aborted, ContextfoldError, PermissionDenied, Unauthenticated
 from contextfold.v1 import injection_pb2
 
 from harness.messages import unique, user
@@ -391,3 +392,181 @@ def test_a_filter_finds_its_own_tenants_entries_only(server: ServerProcess, tena
         assert [result.memory.id for result in found] == [own.id], ranking
     assert [m.id for m in globex.list_memories(store, filter={"project": {"in": ["falcon", "eagle"]}})] == [own.id]
     assert len(acme.search_memories("falcon", stores=[store], filter={"project": "falcon"}, max_results=10)) == 3
+
+
+# A key bound to one user, against another user's ids, history, words and the namespace's providers.
+
+
+def _answer(probe: Callable[[str], object], given: str) -> tuple:
+    """What `probe` answered for the id `given`, with that id written as `<id>`: two ids are told apart
+    by nothing but themselves when their answers are equal."""
+    try:
+        result = probe(given)
+    except ContextfoldError as error:
+        return (error.code.name, error.reason, error.message.replace(given, "<id>"))
+    if isinstance(result, list):
+        return ("OK", [_shape(item, given) for item in result])
+    return ("OK", _shape(result, given))
+
+
+def _shape(result: object, given: str) -> object:
+    if isinstance(result, int):
+        return result
+    memory = getattr(result, "memory", result)
+    created = getattr(result, "created", None)
+    # A new entry's id is the key's scope's own (`<id>~` and a keyed hash): the same shape either way.
+    return (
+        memory.id.replace(given, "<id>").split("~")[0],
+        len(memory.id) - len(given),
+        memory.user_id,
+        memory.content,
+        created,
+    )
+
+
+@pytest.fixture
+def alice_and_bob(server: ServerProcess, tenants: Tenants, as_tenant) -> tuple[Client, Client, str]:
+    """An unbound admin, a key bound to alice (an admin key, even), and a store holding bob's entries."""
+    operator = as_tenant(tenants.acme_admin)
+    store = unique("bound")
+    operator.create_store(store, dimension=8)
+    alice = as_tenant(
+        keys(tenants.database_url, "create", "--namespace", "acme", "--role", "admin", "--user-id", "alice")["key"]
+    )
+    wait_for(lambda: works(alice), 10, what="the new key to work")
+    return operator, alice, store
+
+
+def test_a_bound_key_finds_another_users_ids_as_it_finds_free_ones(alice_and_bob) -> None:
+    operator, alice, store = alice_and_bob
+    taken, free = unique("bob"), unique("free")
+    operator.add_memories(
+        store, [{"id": taken, "content": "Bob's locker code is 7788", "user_id": "bob", "vector": [1] * 8}]
+    )
+    operator.update_memory(taken, content="Bob's locker code is 9911", vector=[1] * 8)
+    probes = {
+        "get": lambda id: alice.get_memory(id),
+        "delete": lambda id: alice.delete_memories([id]),
+        "delete, allowing missing": lambda id: alice.delete_memories([id], allow_missing=True),
+        "update": lambda id: alice.update_memory(id, content="Alice's note", vector=[1] * 8),
+        "versions": lambda id: list(alice.list_memory_versions(id)),
+        "upsert": lambda id: alice.update_memory(
+            id, content="Alice's note", vector=[1] * 8, store=store, allow_missing=True
+        ),
+        "add": lambda id: alice.add_memories(store, [{"id": id, "content": "Alice's note", "vector": [1] * 8}]),
+    }
+    for name, probe in probes.items():
+        assert _answer(probe, taken) == _answer(probe, f"{free}-{name[:3]}"), name
+    # Bob's entry is as it was, with its history; alice's entries are hers.
+    assert operator.get_memory(taken).content == "Bob's locker code is 9911"
+    assert [v.memory.content for v in operator.list_memory_versions(taken)] == ["Bob's locker code is 7788"]
+    assert {m.user_id for m in operator.list_memories(store)} == {"alice", "bob"}
+    # The same id from the same key makes the same entry: an add and an upsert stay retry-safe.
+    (again,) = alice.add_memories(store, [{"id": taken, "content": "Alice's note", "vector": [1] * 8}])
+    assert again.id != taken and again.id.startswith(taken + "~")
+    assert alice.get_memory(again.id).content == "Alice's note"
+
+
+def test_a_bound_key_may_not_import_manage_providers_or_delete_a_store(alice_and_bob, tenants: Tenants) -> None:
+    from contextfold.v1 import memory_pb2
+
+    operator, alice, store = alice_and_bob
+    taken = unique("bob")
+    operator.add_memories(store, [{"id": taken, "content": "Bob's plan", "user_id": "bob", "vector": [1] * 8}])
+    imported = memory_pb2.ImportMemoriesRequest(
+        memories=[memory_pb2.Memory(id=taken, store=store, content="Alice's now", vector=[1] * 8)]
+    )
+    for call in (
+        lambda: alice.import_memories([imported]),
+        lambda: alice.register_provider("listener", "127.0.0.1:9", trigger="every_turn"),
+        lambda: list(alice.list_providers()),
+        lambda: alice.delete_store(store, force=True),
+    ):
+        with pytest.raises(PermissionDenied) as denied:
+            call()
+        assert denied.value.reason == "SCOPE_BOUND_KEY"
+    assert operator.get_memory(taken).content == "Bob's plan" and operator.get_memory(taken).user_id == "bob"
+
+
+def test_a_bound_key_never_reads_what_an_entry_was_while_it_was_another_users(alice_and_bob) -> None:
+    operator, alice, store = alice_and_bob
+    moved = unique("moved")
+    operator.add_memories(store, [{"id": moved, "content": "Bob's diagnosis", "user_id": "bob", "vector": [1] * 8}])
+    operator.update_memory(moved, content="Alice's now", user_id="alice", vector=[1] * 8)
+    assert alice.get_memory(moved).content == "Alice's now"
+    assert list(alice.list_memory_versions(moved)) == []
+    assert [v.memory.content for v in operator.list_memory_versions(moved)] == ["Bob's diagnosis"]
+
+
+def test_remembered_turns_get_ids_nobody_can_compute_from_the_words(alice_and_bob) -> None:
+    import hashlib
+
+    operator, alice, _ = alice_and_bob
+    store = unique("remembered")
+    operator.create_store(store)
+    said = "My locker code is 4242"
+    remembered = alice.remember(store, [user(said)], conversation_id="c1")
+    (entry,) = [m.memory for m in remembered.memories]
+    assert entry.user_id == "alice"
+    # The public hash Remember used to derive ids from: what anyone could compute for a guessed sentence.
+    plain = json.dumps([store, "alice", "", "", "c1", "user", said], ensure_ascii=False, separators=(",", ":"))
+    assert entry.id != f"turn-{hashlib.sha256(plain.encode()).hexdigest()[:32]}"
+    assert entry.id.startswith("turn-") and len(entry.id) == len("turn-") + 32
+    # Keyed with the service's secret, it is still the same for the same turn: remembered once.
+    assert alice.remember(store, [user(said)], conversation_id="c1").remembered_turn_count == 0
+
+
+def test_a_words_rarity_is_judged_among_the_entries_the_caller_may_see(alice_and_bob) -> None:
+    operator, alice, store = alice_and_bob
+    query = [1.0] + [0.0] * 7
+    # Alice's twenty entries, near the query's vector; her incident note points away from it.
+    operator.add_memories(
+        store,
+        [
+            {
+                "content": f"Alice's note {n} about the weekly sync",
+                "user_id": "alice",
+                "vector": [1.0, 0.1 * n] + [0.0] * 6,
+            }
+            for n in range(20)
+        ]
+        + [
+            {
+                "id": unique("incident"),
+                "content": "Incident INC-4242 took the site down",
+                "user_id": "alice",
+                "vector": [-1.0] + [0.0] * 7,
+            }
+        ],
+    )
+
+    def found() -> list[str]:
+        results = alice.search_memories("INC-4242", query_vector=query, stores=[store], ranking="hybrid", max_results=5)
+        return [result.memory.content for result in results]
+
+    # Its vector alone would rank it last of her 21: the word it alone holds brings it into her five.
+    assert "Incident INC-4242 took the site down" in found(), "a word only one of her entries holds lifts it"
+    # Many of bob's entries hold the same word: what alice's search is told does not change.
+    operator.add_memories(
+        store,
+        [{"content": f"INC-4242 follow-up {n}", "user_id": "bob", "vector": [0.0, 1.0] + [0.0] * 6} for n in range(60)],
+    )
+    assert "Incident INC-4242 took the site down" in found()
+
+
+def test_an_etag_tells_nothing_of_other_tenants_writes(server: ServerProcess, tenants: Tenants, as_tenant) -> None:
+    acme, globex = as_tenant(tenants.acme_admin), as_tenant(tenants.globex_admin)
+    store = unique("etags")
+    for tenant in (acme, globex):
+        tenant.create_store(store)
+    (first,) = acme.add_memories(store, [{"content": "one"}])
+    globex.add_memories(store, [{"content": f"other {n}"} for n in range(7)])
+    (second,) = acme.add_memories(store, [{"content": "two"}])
+    for etag in (first.etag, second.etag):
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", etag), etag
+    updated = acme.update_memory(first.id, content="one, revised").memory
+    assert updated.etag not in (first.etag, second.etag)
+    with pytest.raises(Aborted) as stale:
+        acme.update_memory(first.id, content="lost", etag=first.etag)
+    assert stale.value.reason == "ETAG_MISMATCH"
+    assert updated.etag not in stale.value.message and first.etag not in stale.value.message

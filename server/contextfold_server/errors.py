@@ -9,6 +9,7 @@ escapes a call is a bug.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,6 +33,19 @@ class ServiceError(Exception):
 class FieldViolation:
     field: str
     description: str
+
+    def __post_init__(self) -> None:
+        # A description may quote what the caller sent (a parser's "token recognition error at: …"):
+        # control characters are shown escaped, never sent raw to a terminal or a log.
+        self.description = visible(self.description)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters (but tab and line feed) written as escapes: `\\x00`."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 class InvalidArgument(ServiceError):

@@ -41,7 +41,7 @@ from .observe.metrics import Metrics
 from .observe.tracing import start_tracing, stop_tracing
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
-from .reports import AllServing, DatabaseRestarted, Listening, Serving
+from .reports import AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
 from .wiring import Services, Shared, build, grpc_server
 
 logger = logging.getLogger("contextfold")
@@ -80,14 +80,16 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
 
     await readiness.starting()
     databases: list[Database] = []
-    following = _hear_the_supervisor(reports, readiness, stopping, databases)
     await server.start()
     # The worker's metrics, for the supervisor to gather: never on a public interface.
     metrics_port = metrics.serve("127.0.0.1", 0)
+    # Every port the server's processes listen on, as the supervisor tells them (no provider may be one).
+    own_ports = {shared.port, config.admin_port, metrics_port}
+    following = _hear_the_supervisor(reports, readiness, stopping, databases, own_ports)
     reports.send(Listening(metrics_port))
 
     async with contextlib.AsyncExitStack() as running:
-        starting = asyncio.create_task(build(config, shared, running, listener, metrics, metrics_port))
+        starting = asyncio.create_task(build(config, shared, running, listener, metrics, own_ports))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
@@ -143,14 +145,19 @@ class _Pending:
 
 
 def _hear_the_supervisor(
-    reports: Connection, readiness: Readiness, stopping: asyncio.Event, databases: list[Database]
+    reports: Connection,
+    readiness: Readiness,
+    stopping: asyncio.Event,
+    databases: list[Database],
+    own_ports: set[int],
 ) -> asyncio.Task[None]:
     """Follow the supervisor's word, in the order it comes on the pipe: whether every worker serves,
-    and that the embedded database restarted (so the pool's connections, all lost, are replaced now
-    rather than each failing a call first). Stop when the pipe closes: the supervisor is gone
-    (killed, say), and a worker must not outlive it."""
+    that the embedded database restarted (so the pool's connections, all lost, are replaced now
+    rather than each failing a call first), and the ports the server listens on (kept in `own_ports`,
+    which the egress policy reads). Stop when the pipe closes: the supervisor is gone (killed, say),
+    and a worker must not outlive it."""
     loop = asyncio.get_running_loop()
-    heard: asyncio.Queue[AllServing | DatabaseRestarted | None] = asyncio.Queue()
+    heard: asyncio.Queue[SupervisorWord | None] = asyncio.Queue()
 
     def read() -> None:
         try:
@@ -165,6 +172,8 @@ def _hear_the_supervisor(
                 await readiness.all_serving(word.all_serving)
             elif isinstance(word, DatabaseRestarted):
                 await asyncio.gather(*(database.check() for database in databases))
+            elif isinstance(word, OwnPorts):
+                own_ports.update(word.ports)
         logger.warning("reason=<the supervisor is gone> | stopping")
         stopping.set()
 

@@ -2,8 +2,9 @@
 
 A worker reports `Listening` (its port is open; NOT_SERVING yet) and `Serving` (its dependencies
 are ready). The supervisor tells every worker `AllServing` (whether they all serve, which health
-speaks for) and `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
-now, rather than each failing a call first). The pipe pickles them; both ends import them from here.
+speaks for), `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
+now, rather than each failing a call first) and `OwnPorts` (every port the server listens on, which
+no provider may be). The pipe pickles them; both ends import them from here.
 """
 
 from __future__ import annotations
@@ -33,5 +34,11 @@ class DatabaseRestarted:
     pass
 
 
+@dataclass(frozen=True)
+class OwnPorts:
+    # Every port the server's processes listen on: the service's, the admin port, each worker's metrics.
+    ports: tuple[int, ...]
+
+
 WorkerReport = Listening | Serving
-SupervisorWord = AllServing | DatabaseRestarted
+SupervisorWord = AllServing | DatabaseRestarted | OwnPorts

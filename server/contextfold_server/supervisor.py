@@ -37,7 +37,7 @@ from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
 from .postgres.embedded import DataDirInUse, EmbeddedPostgres
 from .process import run_worker
-from .reports import AllServing, DatabaseRestarted, Listening, Serving, WorkerReport
+from .reports import AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord, WorkerReport
 from .wiring import Shared
 
 logger = logging.getLogger("contextfold")
@@ -68,6 +68,8 @@ class _Supervisor:
     workers: dict[int, _Worker] = field(default_factory=dict)
     # When stopping: the time by which every worker must have stopped (time.monotonic()).
     stop_by: float | None = None
+    # Ports of the supervisor's own (the admin port, as bound).
+    extra_ports: tuple[int, ...] = ()
     announced: bool = False
 
     @property
@@ -92,6 +94,8 @@ class _Supervisor:
     def heard(self, worker: _Worker, report: WorkerReport) -> None:
         if isinstance(report, Listening):
             worker.admin_port = report.metrics_port
+            # Every worker learns every port the server listens on: none may be dialled as a provider.
+            self.tell(OwnPorts(self.own_ports()))
             if not self.announced:
                 self.announced = True
                 logger.info(
@@ -153,7 +157,11 @@ class _Supervisor:
         """Tell every worker whether they all serve: each one's health says so."""
         self.tell(AllServing(all_serving))
 
-    def tell(self, word: AllServing | DatabaseRestarted) -> None:
+    def own_ports(self) -> tuple[int, ...]:
+        workers = [worker.admin_port for worker in self.workers.values() if worker.admin_port]
+        return tuple(sorted({self.shared.port, *self.extra_ports, *workers}))
+
+    def tell(self, word: SupervisorWord) -> None:
         for worker in self.workers.values():
             if worker.reporting:
                 with contextlib.suppress(OSError):
@@ -227,6 +235,7 @@ def _supervise(
         registry = CollectorRegistry()
         registry.register(WorkerMetrics(supervisor.metrics_endpoints))
         metrics_server, _ = start_http_server(config.admin_port, addr=config.admin_host, registry=registry)
+        supervisor.extra_ports = (metrics_server.server_port,)
         logger.info("metrics on http://%s:%d/metrics", config.admin_host, metrics_server.server_port)
     for index in range(config.workers):
         supervisor.spawn(index)

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import psycopg
 
-from .access.sealing import Sealer
+from .access.sealing import Sealer, derived_key
 from .api.injection import InjectionServicer
 from .api.memory import MemoryServicer
 from .api.paging import PageTokens
@@ -32,6 +32,7 @@ from .engine.ranking import Ranking
 from .memory.expiry import purge_expired
 from .memory.extractor import Extractor
 from .memory.lifecycle import MemoryLifecycle
+from .memory.records import ScopedIds
 from .memory.remember import Rememberer
 from .memory.reranker import Reranker
 from .memory.search import MemorySearcher
@@ -83,7 +84,7 @@ async def build(
     running: contextlib.AsyncExitStack,
     listener: ChangeListener,
     metrics: Metrics,
-    metrics_port: int,
+    own_ports: set[int],
 ) -> Services:
     """Start every dependency (each closed by `running` on the way out) and build the servicers."""
     embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
@@ -109,17 +110,17 @@ async def build(
     if reading.replicas:
         await reading.check_replicas()
         _in_background(running, reading.watch(), "replicas")
-    store = PostgresMemoryStore(reading, indexes.request)
-    lifecycle = MemoryLifecycle(store)
     # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
-    # keys derived from it.
+    # keys derived from it, and entries' etags and Remember's turns keyed.
     secret = await service_secret(shared.owner_url, "page_tokens")
+    store = PostgresMemoryStore(reading, indexes.request, etag_key=derived_key(secret, "etags"))
+    lifecycle = MemoryLifecycle(store)
     providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
     # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.
     policy = await asyncio.to_thread(
         EgressPolicy.from_option,
         config.provider_targets,
-        (shared.port, config.admin_port, metrics_port),
+        own_ports,
         {shared.database_url, shared.owner_url, *config.database_read_urls},
     )
     channels = ProviderChannels(policy)
@@ -156,8 +157,9 @@ async def build(
             embedder,
             searcher,
             page_tokens,
-            Rememberer(store, lifecycle, embedder, extractor),
+            Rememberer(store, lifecycle, embedder, secret, extractor),
             capabilities,
+            ScopedIds(derived_key(secret, "scoped ids")),
         ),
         providers=ProviderServicer(providers, directory, sandbox, page_tokens, policy),
         embedder=embedder,

@@ -116,16 +116,33 @@ class ContextInjection(Plugin):
 
     async def _fold(self, context: InvokeModelContext) -> InvokeModelContext:
         try:
-            return await self._folded(context)
+            agent = context.agent
+            state = agent.state.get()
+            ledger = _Ledger(state.pop(STATE_KEY, None) or {}, self.name)
+            sent, shown = ledger.conversation(context.messages)
         except Exception as error:  # noqa: BLE001 - fail open: the model call goes on without injection.
-            logger.warning("reason=<%s> | contextfold inject failed | model sees the conversation as it was", error)
+            logger.warning("reason=<%s> | contextfold plugin failed | model sees the conversation as it was", error)
             return context
+        try:
+            await self._folded(context, state, ledger, sent, shown)
+        except Exception as error:  # noqa: BLE001 - fail open: the model call goes on without new context.
+            # What was injected before is the agent's own (its state): shown again whatever the service
+            # does, so an outage takes nothing from the model and keeps the conversation's prefix.
+            logger.warning("reason=<%s> | contextfold inject failed | model sees what was injected before", error)
+        agent.state.set(STATE_KEY, ledger.entries)
+        trailing = len(shown[-1]["content"]) - len(context.messages[-1]["content"]) if shown else 0
+        return replace(
+            context,
+            messages=cast("list[Message]", shown),
+            dynamic_trailing_blocks=context.dynamic_trailing_blocks + trailing,
+        )
 
-    async def _folded(self, context: InvokeModelContext) -> InvokeModelContext:
+    async def _folded(
+        self, context: InvokeModelContext, state: dict[str, Any], ledger: _Ledger, sent: list[dict], shown: list[dict]
+    ) -> None:
+        """Inject into `sent` (the conversation as the service reads it) and fold what it adds into
+        `shown` (as the model will see it), noting the new blocks in `ledger`."""
         agent = context.agent
-        state = agent.state.get()
-        ledger = _Ledger(state.pop(STATE_KEY, None) or {}, self.name)
-        sent, shown = ledger.conversation(context.messages)
         result = await self._clients.get().inject(
             sent,
             timeout=self._timeout,
@@ -146,13 +163,6 @@ class ContextInjection(Plugin):
             added = result.messages[index]["content"][len(sent[index]["content"]) :]
             ledger.note(index, [block["injected"] for block in added])
             shown[index] = {**shown[index], "content": [*shown[index]["content"], *map(_shown, added)]}
-        agent.state.set(STATE_KEY, ledger.entries)
-        trailing = len(shown[-1]["content"]) - len(context.messages[-1]["content"]) if shown else 0
-        return replace(
-            context,
-            messages=cast("list[Message]", shown),
-            dynamic_trailing_blocks=context.dynamic_trailing_blocks + trailing,
-        )
 
 
 class _LoopClients:

@@ -217,43 +217,31 @@ export class ContextInjection implements Plugin {
   }
 
   private async fold(context: InvokeModelContext): Promise<InvokeModelContext> {
+    let prepared: { ledger: Ledger; appState: JsonObject; sent: MessageData[]; earlier: Map<number, InjectedBlockData[]> };
     try {
-      return await this.folded(context);
+      const { [STATE_KEY]: state, ...appState } = context.agent.appState.getAll();
+      const ledger = new Ledger(state, this.name);
+      const messages = context.messages.map((message) => message.toJSON() as unknown as MessageData);
+      prepared = { ledger, appState: appState as JsonObject, ...(await ledger.conversation(messages)) };
     } catch (error) {
-      this.logger.warn(`contextfold inject failed: ${(error as Error).message}; the model sees the conversation as it was`);
+      this.logger.warn(`contextfold plugin failed: ${(error as Error).message}; the model sees the conversation as it was`);
       return context;
     }
-  }
-
-  private async folded(context: InvokeModelContext): Promise<InvokeModelContext> {
-    const { agent } = context;
-    const { [STATE_KEY]: state, ...appState } = agent.appState.getAll();
-    const ledger = new Ledger(state, this.name);
-    const messages = context.messages.map((message) => message.toJSON() as unknown as MessageData);
-    const { sent, earlier } = await ledger.conversation(messages);
-    const result = await this.client.inject(
-      sent,
-      {
-        ...this.options,
-        scope: perCall(this.scope, agent),
-        stores: perCall(this.stores, agent),
-        appState: appState as JsonObject,
-        agent: { id: agent.id, name: agentName(agent) },
-      },
-      { timeoutMs: this.timeoutMs },
-    );
+    const { ledger, appState, sent, earlier } = prepared;
+    let index = -1;
+    let added: BlockData[] = [];
     try {
-      this.onReport?.(result.report);
+      ({ index, added } = await this.injected(context, sent, appState));
+      ledger.note(
+        index,
+        added.map((block) => block.injected as unknown as InjectedBlockData),
+      );
     } catch (error) {
-      this.logger.warn(`contextfold onReport threw: ${(error as Error).message}; injection goes on`);
+      // What was injected before is the agent's own (its state): shown again whatever the service does,
+      // so an outage takes nothing from the model and keeps the conversation's prefix.
+      this.logger.warn(`contextfold inject failed: ${(error as Error).message}; the model sees what was injected before`);
     }
-    const index = result.report.targetMessageIndex;
-    const added = index >= 0 && index < sent.length ? result.messages[index].content.slice(sent[index].content.length) : [];
-    ledger.note(
-      index,
-      added.map((block) => block.injected as unknown as InjectedBlockData),
-    );
-    agent.appState.set(STATE_KEY, ledger.entries);
+    context.agent.appState.set(STATE_KEY, ledger.entries);
     const folded = context.messages.map((original, position) => {
       const blocks = [
         ...(earlier.get(position) ?? []).map((block) => new TextBlock(block.text)),
@@ -270,6 +258,34 @@ export class ContextInjection implements Plugin {
     const last = folded.length - 1;
     const trailing = last >= 0 ? folded[last].content.length - context.messages[last].content.length : 0;
     return { ...context, messages: folded, dynamicTrailingBlocks: (context.dynamicTrailingBlocks ?? 0) + trailing };
+  }
+
+  /** Inject into `sent` (the conversation as the service reads it): the fold target, and the blocks it gained. */
+  private async injected(
+    context: InvokeModelContext,
+    sent: MessageData[],
+    appState: JsonObject,
+  ): Promise<{ index: number; added: BlockData[] }> {
+    const { agent } = context;
+    const result = await this.client.inject(
+      sent,
+      {
+        ...this.options,
+        scope: perCall(this.scope, agent),
+        stores: perCall(this.stores, agent),
+        appState,
+        agent: { id: agent.id, name: agentName(agent) },
+      },
+      { timeoutMs: this.timeoutMs },
+    );
+    try {
+      this.onReport?.(result.report);
+    } catch (error) {
+      this.logger.warn(`contextfold onReport threw: ${(error as Error).message}; injection goes on`);
+    }
+    const index = result.report.targetMessageIndex;
+    const added = index >= 0 && index < sent.length ? result.messages[index].content.slice(sent[index].content.length) : [];
+    return { index, added };
   }
 }
 

@@ -28,7 +28,7 @@ import {
 import type { InjectionReport } from "../src/index.js";
 import type { ScopeData } from "../src/client.js";
 import { ContextfoldMemoryStore, ContextInjection, fromState } from "../src/strands.js";
-import { address, closedPort, Fixture, silentServer, unique } from "./support.js";
+import { address, closedPort, Fixture, relay, silentServer, unique } from "./support.js";
 
 type Reply = string | { say?: string; tool: string; input: Record<string, unknown> } | ((system: string) => string);
 
@@ -141,6 +141,39 @@ test("the model sees the memory block, and the agent's history stays as it was s
       [0, [firstIds]],
       [2, [[reports[1].entries[0].id]]],
     ],
+  );
+  injection.close();
+});
+
+test("with the service down, what was injected before is still shown, and nothing new is", async () => {
+  const model = new ScriptedModel(["Solarized Dark, then.", "vim, as always."]);
+  const warnings: string[] = [];
+  // The service, reached through a relay that is cut after the first turn.
+  const service = await relay(address);
+  const injection = new ContextInjection({
+    address: service.address,
+    stores: [prefs],
+    scope: { userId: "ana" },
+    maxEntries: 2,
+    logger: { warn: (message) => warnings.push(message) },
+  });
+  const agent = new Agent({ model, plugins: [injection], printer: false });
+  await agent.invoke("Which editor theme should I pick?");
+  const injected = texts(model.inputs[0].at(-1)!);
+  assert.match(injected[1], /<memory>/);
+
+  await service.cut();
+  await agent.invoke("Which editor do I use?");
+  const second = model.inputs[1];
+  assert.deepEqual(texts(second[0]), injected, "the first turn's block, shown again from the agent's state");
+  assert.deepEqual(texts(second.at(-1)!), ["Which editor do I use?"]);
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0], /contextfold inject failed/);
+  const ledger = agent.appState.get("contextfold") as Record<string, { index: number }[]>;
+  assert.deepEqual(
+    ledger["contextfold:injection"].map(({ index }) => index),
+    [0],
+    "the record is kept",
   );
   injection.close();
 });

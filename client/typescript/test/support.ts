@@ -52,3 +52,27 @@ export async function silentServer(): Promise<{ port: number; close: () => Promi
       }),
   };
 }
+
+/** A loopback port relaying to `target` (host:port) until `cut()`: then the service is down for whoever dials it. */
+export async function relay(target: string): Promise<{ address: string; cut: () => Promise<void> }> {
+  const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((inbound) => {
+    const outbound = net.connect(port, host);
+    for (const socket of [inbound, outbound]) {
+      sockets.add(socket);
+      socket.on("error", () => socket.destroy());
+      socket.on("close", () => sockets.delete(socket));
+    }
+    inbound.pipe(outbound).pipe(inbound);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    address: `127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    cut: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

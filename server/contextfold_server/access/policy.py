@@ -4,9 +4,13 @@ A key acts in its namespace with its role: an `agent` key reads and writes entri
 also manages the namespace (its stores and provider registrations, imports). A key bound to a user
 or an agent (`contextfold keys create --user-id …`) is confined to that scope in every call: what a
 call names of another scope is refused, what it leaves empty is the key's, and whatever is outside
-the scope does not exist for it. The call pipeline asks `authorize` before a call runs; servicers
-ask `confine` (or `key_scope`) for the scope a call acts in, and `sees_private_details` for how
-much of a failure a report may tell.
+the scope does not exist for it. So whatever reaches every user's entries or conversations is never
+a bound key's, whatever its role: deleting a store, importing (which replaces entries by id), and
+the providers (a registered provider is sent every user's conversations). A bound admin key
+manages its own user's memory and may create stores; an unbound admin key manages the namespace.
+
+The call pipeline asks `authorize` before a call runs; servicers ask `confine` (or `key_scope`) for
+the scope a call acts in, and `sees_private_details` for how much of a failure a report may tell.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ _SERVICE = "/contextfold.v1."
 RULES = {
     f"{_SERVICE}{method}": rule
     for rule, methods in (
-        (Rule.ADMIN, ("MemoryService/CreateStore", "MemoryService/ImportMemories")),
-        (Rule.UNBOUND_ADMIN, ("MemoryService/DeleteStore",)),
+        (Rule.ADMIN, ("MemoryService/CreateStore",)),
+        (Rule.UNBOUND_ADMIN, ("MemoryService/DeleteStore", "MemoryService/ImportMemories")),
         (Rule.ADMIN_OR_BOUND, ("MemoryService/EraseMemories",)),
         (
-            Rule.ADMIN,
+            Rule.UNBOUND_ADMIN,
             (
                 "ProviderService/RegisterProvider",
                 "ProviderService/GetProvider",
@@ -60,8 +64,9 @@ def authorize(method: str, caller: Caller) -> None:
     if rule in (Rule.ADMIN, Rule.UNBOUND_ADMIN) and not admin:
         raise PermissionDenied("ADMIN_ROLE_REQUIRED", f"{name} needs an admin key; this key's role is {caller.role}")
     if rule is Rule.UNBOUND_ADMIN and bound:
-        # A store holds every user's entries: a key confined to one scope may not reach them all.
-        raise PermissionDenied("SCOPE_BOUND_KEY", f"{name}: this key is bound to a scope")
+        raise PermissionDenied(
+            "SCOPE_BOUND_KEY", f"{name}: this key is bound to a scope, and the call reaches every user's memory"
+        )
     if rule is Rule.ADMIN_OR_BOUND and not (admin or bound):
         raise PermissionDenied("ADMIN_ROLE_REQUIRED", f"{name} needs {rule.value}")
 

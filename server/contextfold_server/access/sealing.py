@@ -48,3 +48,9 @@ class Sealer:
 
 def _xor(data: bytes, keystream: bytes) -> bytes:
     return (int.from_bytes(data, "big") ^ int.from_bytes(keystream, "big")).to_bytes(len(data), "big")
+
+
+def derived_key(secret: bytes, label: str) -> bytes:
+    """A key of its own for one use of the service's secret (`label`): what one use computes with it says
+    nothing of another's."""
+    return hmac.new(secret, f"contextfold {label}: key".encode(), hashlib.sha256).digest()

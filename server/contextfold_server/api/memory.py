@@ -12,7 +12,7 @@ from ..access.policy import key_scope
 from ..embedding import Embedder
 from ..errors import InvalidArgument, NotFound
 from ..memory.lifecycle import MemoryLifecycle
-from ..memory.records import NewMemory
+from ..memory.records import NewMemory, ScopedIds
 from ..memory.remember import Rememberer
 from ..memory.search import MemorySearcher
 from ..memory.store import PostgresMemoryStore
@@ -49,7 +49,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         page_tokens: PageTokens,
         rememberer: Rememberer,
         capabilities: Capabilities,
+        ids: ScopedIds,
     ) -> None:
+        self._ids = ids
         self._store = store
         self._lifecycle = lifecycle
         self._page_tokens = page_tokens
@@ -87,14 +89,29 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def AddMemories(
         self, request: memory_pb2.AddMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.AddMemoriesResponse:
-        add = parse_add_memories(request, CALL.get().caller)
-        namespace = CALL.get().namespace
+        call = CALL.get()
+        add = parse_add_memories(request, call.caller)
+        namespace = call.namespace
         stores = await self._store.get_stores(namespace, [add.store])
         if add.store not in stores:
             raise NotFound("store", add.store)
-        new = await self._with_vectors(add.memories, stores[add.store].dimension)
+        new = await self._with_vectors(await self._own_ids(add.memories), stores[add.store].dimension)
         records = await self._store.add_memories(namespace, add.store, new)
         return memory_pb2.AddMemoriesResponse(memories=[memory_to_proto(r) for r in records])
+
+    async def _own_ids(self, memories: list[NewMemory]) -> list[NewMemory]:
+        """The entries with the ids they are added under: for a key bound to a scope, an id no entry within
+        it holds is made the scope's own (`ScopedIds`), so no answer tells it of another user's ids."""
+        call = CALL.get()
+        bound = key_scope(call.caller)
+        chosen = [memory.id for memory in memories if memory.id]
+        if not bound.fields() or not chosen:
+            return memories
+        held = await self._store.held_within(call.namespace, chosen, bound)
+        return [
+            replace(memory, id=self._ids.own(bound, memory.id)) if memory.id and memory.id not in held else memory
+            for memory in memories
+        ]
 
     async def _with_vectors(
         self, memories: list[NewMemory], dimension: int | dict[int, int], field: str = "memories"
@@ -164,13 +181,22 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.UpdateMemoryResponse:
         call = CALL.get()
         update = parse_update_memory(request, call.caller)
+        target = update.id
+        bound = key_scope(call.caller)
+        if (
+            update.allow_missing
+            and bound.fields()
+            and not await self._store.held_within(call.namespace, [target], bound)
+        ):
+            # An upsert of an id no entry within the key's scope holds adds (or updates) the scope's own.
+            target = self._ids.own(bound, update.id)
         change = update.change
         if update.needs_embedding:
             (vector,) = await self._embedder.embed([change.content])
             change = replace(change, vector=tuple(vector), fields=change.fields | {"vector"})
         record, created = await self._lifecycle.update_memory(
             call.namespace,
-            update.id,
+            target,
             change,
             etag=update.etag,
             store=update.store,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import re
 import time
@@ -303,7 +304,12 @@ def _decoding_requests(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         unary_stream = handler.unary_stream
 
         async def unary_to_stream(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for response in unary_stream(await decoded(data, context), context):
+            answering = unary_stream(await decoded(data, context), context)
+            if inspect.isawaitable(answering):
+                # A servicer that writes its answers itself (`context.write`), as health's Watch does.
+                await answering
+                return
+            async for response in answering:
                 yield response
 
         return grpc.unary_stream_rpc_method_handler(unary_to_stream, response_serializer=serialize)

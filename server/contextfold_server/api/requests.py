@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 from ..access.keys import Caller
 from ..access.policy import confine
 from ..customize.expressions import MAX_EXPRESSION_LENGTH
-from ..customize.sandbox import Sandbox, SandboxTimeout
+from ..customize.sandbox import Sandbox, SandboxFailed, SandboxTimeout
 from ..customize.templates import MAX_TEMPLATE_LENGTH
 from ..engine.conversation import InjectedRef, Role, Turn
 from ..engine.filters import Filter
@@ -253,6 +253,15 @@ def _time(message: Message, name: str, field: str) -> datetime | None:
         raise InvalidArgument.of(field, f"is not a time: {error}") from None
 
 
+def _expiry(memory: memory_pb2.Memory, field: str) -> datetime | None:
+    """An entry's new expiry: none, or a time still to come (an entry that has expired is returned by no
+    call, so a write that says it expired already is refused rather than lost)."""
+    expire_time = _time(memory, "expire_time", field)
+    if expire_time is not None and expire_time <= datetime.now(UTC):
+        raise InvalidArgument.of(field, f"is past ({expire_time.isoformat()}): an entry expires in the future")
+    return expire_time
+
+
 def _ttl(store: memory_pb2.Store, field: str) -> timedelta | None:
     """A store's default time-to-live: None for unset or zero, else at least a second."""
     if not store.HasField("default_ttl"):
@@ -368,7 +377,7 @@ async def check_compiles(
     that takes longer than the sandbox's time limit to compile is refused as well. When the
     caller's time (`within` seconds) runs out first, a source `to_store` is refused with
     UNAVAILABLE (retry), never stored unchecked; one for this call only goes on unchecked, to
-    fail open later if it must.
+    fail open later if it must; so does one the sandbox could not judge (`SandboxFailed`).
     """
     asked = [(kind, source, field) for kind, source, field in customizations if source]
     try:
@@ -376,6 +385,11 @@ async def check_compiles(
     except SandboxTimeout as timeout:
         if to_store:
             raise Unavailable("SANDBOX_BUSY", f"could not check the expression in time: {timeout}") from None
+        return
+    except SandboxFailed as failed:
+        # No verdict: the sandbox itself failed (a worker died under load, say), not the expression.
+        if to_store:
+            raise Unavailable("SANDBOX_FAILED", f"could not check the expression: the sandbox {failed}") from None
         return
     violations = [
         FieldViolation(field, f"{_WHAT[kind]}: {failure.removeprefix('ValueError: ')}")
@@ -417,9 +431,11 @@ def parse_delete_store(request: memory_pb2.DeleteStoreRequest) -> str:
 # Entries
 
 
-def new_memories(memories: Sequence[memory_pb2.Memory], caller: Caller, at: str = "memories") -> list[NewMemory]:
+def new_memories(
+    memories: Sequence[memory_pb2.Memory], caller: Caller, at: str = "memories", *, imported: bool = False
+) -> list[NewMemory]:
     """The entries to add, each checked and confined to the caller's key; every bad field of every
-    entry is named at once."""
+    entry is named at once. An entry `imported` keeps the expiry its export wrote, even one past."""
     violations: list[FieldViolation] = []
     seen: dict[str, int] = {}
 
@@ -442,7 +458,10 @@ def new_memories(memories: Sequence[memory_pb2.Memory], caller: Caller, at: str 
                 violations.append(FieldViolation(f"{field}.id", f"repeats the id of {at}[{seen[memory.id]}]"))
             seen.setdefault(memory.id, index)
         collect(check_vector, memory.vector, f"{field}.vector")
-        expire_time = collect(_time, memory, "expire_time", f"{field}.expire_time")
+        if imported:
+            expire_time = collect(_time, memory, "expire_time", f"{field}.expire_time")
+        else:
+            expire_time = collect(_expiry, memory, f"{field}.expire_time")
         new.append(NewMemory(memory.content, tuple(memory.vector), memory.id, metadata, scope or Scope(), expire_time))
     if violations:
         raise InvalidArgument(*violations)
@@ -555,7 +574,7 @@ def parse_update_memory(request: memory_pb2.UpdateMemoryRequest, caller: Caller)
         metadata=metadata,
         scope=_confined_scope(memory, "memory", caller),
         vector=tuple(memory.vector),
-        expire_time=_time(memory, "expire_time", "memory.expire_time"),
+        expire_time=_expiry(memory, "memory.expire_time"),
     )
     return UpdateCall(memory.id, memory.store, change, memory.etag, request.allow_missing)
 
@@ -608,7 +627,7 @@ def parse_import_batch(request: memory_pb2.ImportMemoriesRequest, at: str, calle
         new = _store(message, f"{at}.stores[{index}]")
         stores.append(StoreRecord(new.name, new.description, new.dimension, datetime.now(UTC), 0, new.default_ttl))
     imported = []
-    entries = new_memories(request.memories, caller, f"{at}.memories")
+    entries = new_memories(request.memories, caller, f"{at}.memories", imported=True)
     for index, (message, memory) in enumerate(zip(request.memories, entries, strict=True)):
         field = f"{at}.memories[{index}]"
         check_memory_id(message.id, f"{field}.id")

@@ -52,6 +52,11 @@ class SandboxError(Exception):
     """An expression or template failed, ran past its time, or took its worker down; the message says which."""
 
 
+class SandboxFailed(SandboxError):
+    """The sandbox itself failed (its worker died, or answered what no worker sends): no verdict on the
+    expression, which may well be sound; retrying may work."""
+
+
 class SandboxTimeout(SandboxError):
     """Out of time: the run passed the sandbox's time limit, or the caller's time ran out first
     (`callers_time`), waiting for a worker or while one ran."""
@@ -98,7 +103,8 @@ class Sandbox:
     async def check(self, kind: str, source: str, tenant: str, within: float | None = None) -> str | None:
         """Why a `trigger` or `query` expression, or a `format` template, does not compile; None when it
         does. Raises `SandboxTimeout` when the caller's time (`within` seconds) ran out before it could
-        be told (one that compiles for longer than the sandbox's time limit does not compile)."""
+        be told (one that compiles for longer than the sandbox's time limit does not compile), and
+        `SandboxFailed` when the sandbox could not tell (its worker died)."""
         key = (kind, hashlib.sha256(source.encode()).digest())
         if key in self._compiled:
             self._compiled.move_to_end(key)
@@ -109,6 +115,8 @@ class Sandbox:
             if timeout.callers_time:
                 raise
             return str(timeout)
+        except SandboxFailed:
+            raise
         except SandboxError as error:
             return str(error)
         # What compiled once compiles again: an agent sending the same template each call has it
@@ -149,8 +157,10 @@ class Sandbox:
                     f"the caller's deadline came after {limit * 1000:.0f} ms of running", True
                 ) from None
             raise SandboxTimeout(f"ran past its time limit of {self.time_limit * 1000:.0f} ms", False) from None
-        except (asyncio.IncompleteReadError, ConnectionError) as error:
-            raise SandboxError(f"its worker died: {type(error).__name__}") from None
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as error:
+            raise SandboxFailed(f"its worker died: {type(error).__name__}") from None
+        except (ValueError, struct.error) as error:
+            raise SandboxFailed(f"its worker answered what no worker sends: {type(error).__name__}") from None
         finally:
             # A worker that did not answer, for whatever reason (its time ran out, it died, or the
             # caller gave up), may still owe a reply: it is replaced, never handed to the next caller.
@@ -160,9 +170,11 @@ class Sandbox:
                 self._replace(
                     worker, "retired: past its memory budget" if retired else "overrun, crash or cancellation"
                 )
+        if not isinstance(reply, dict) or "ok" not in reply:
+            raise SandboxFailed("its worker answered what no worker sends")
         if not reply["ok"]:
-            raise SandboxError(reply["error"])
-        return reply["value"]
+            raise SandboxError(str(reply.get("error", "failed")))
+        return reply.get("value")
 
     def _replace(self, worker: asyncio.subprocess.Process, reason: str) -> None:
         _kill(worker)

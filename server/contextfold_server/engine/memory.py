@@ -127,7 +127,7 @@ async def retrieve_memory(
     query = await _resolve_query(turns, request, customizer)
     stages.done("query")
     if query is None:
-        raise Skipped(SkipReason.NO_QUERY, "no text to search with in the latest relevant message")
+        raise Skipped(SkipReason.NO_QUERY, _no_query(request))
     outcome.query = query
 
     # Entries still shown in the conversation are excluded in the search itself,
@@ -154,6 +154,16 @@ async def retrieve_memory(
     if not entries:
         raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
     return tuple(entries)
+
+
+def _no_query(request: MemoryRequest) -> str:
+    """Why there is no query: whichever of the caller's query expression, its query, or the adaptive
+    query gave none."""
+    if request.query_expression:
+        return "the query expression returned no text"
+    if request.query:
+        return "memory.query is blank"
+    return "no text to search with in the latest relevant message"
 
 
 async def _resolve_query(turns: Sequence[Turn], request: MemoryRequest, customizer: Customizer) -> str | None:

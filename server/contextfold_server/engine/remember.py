@@ -10,7 +10,6 @@ context as a text block of the user's message).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Collection, Sequence
@@ -24,19 +23,21 @@ _MEMORY_REGION = re.compile(r"\A\s*<memory>.*</memory>\s*\Z", re.DOTALL)
 
 @dataclass(frozen=True)
 class SpokenTurn:
-    """A turn to remember: its role and text, and its key."""
+    """A turn to remember: its role and text, and what makes it this turn."""
 
     role: Role
     text: str
-    # The same for the same words in the same conversation and scope: a turn is remembered once.
-    key: str
+    # The same for the same words in the same conversation and scope: a turn is remembered once. The
+    # memory layer keys it with a secret of the service's (memory/remember.py), so its key, and the id
+    # of the entry it gives, tell nobody what was said.
+    identity: str
 
 
 def spoken_turns(
     turns: Sequence[Turn], roles: Collection[Role], min_chars: int, identity: Sequence[str]
 ) -> list[SpokenTurn]:
     """The turns of `roles` whose own text (injected context left out) has at least `min_chars`
-    characters, each keyed by `identity` (store, scope, conversation), its role and its text. A turn
+    characters, each known by `identity` (store, scope, conversation), its role and its text. A turn
     repeated word for word is one turn."""
     injected = {ref.text for turn in turns for ref in turn.injected if ref.text}
     spoken: dict[str, SpokenTurn] = {}
@@ -47,7 +48,6 @@ def spoken_turns(
         text = "\n".join(own).strip()
         if len(text) < min_chars:
             continue
-        key = json.dumps([*identity, turn.role.value, text], ensure_ascii=False, separators=(",", ":"))
-        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-        spoken.setdefault(digest, SpokenTurn(turn.role, text, digest))
+        known_by = json.dumps([*identity, turn.role.value, text], ensure_ascii=False, separators=(",", ":"))
+        spoken.setdefault(known_by, SpokenTurn(turn.role, text, known_by))
     return list(spoken.values())

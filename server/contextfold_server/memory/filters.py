@@ -14,6 +14,7 @@ filter is read exactly, its `anchor` narrows the rows read to the holders the in
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -81,8 +82,10 @@ def _metadata_test(node: FieldTest, param: Param) -> str:
     if node.test is Test.EXISTS:
         return f"(({value}) IS {'NOT ' if node.value else ''}NULL)"
     number = f"(CASE WHEN jsonb_typeof({value}) = 'number' THEN ({value})::numeric END)"
+    # The bound as the decimal its JSON says, as metadata keeps numbers: a float cast to numeric would
+    # keep 15 digits, and `gte 1733040000123456` miss the entry holding exactly that.
     comparisons = " AND ".join(
-        f"{number} {_COMPARISONS[bound]} {param(limit, '::numeric')}" for bound, limit in node.value
+        f"{number} {_COMPARISONS[bound]} {param(Decimal(repr(limit)), '::numeric')}" for bound, limit in node.value
     )
     return f"coalesce({comparisons}, false)"
 

@@ -22,9 +22,8 @@ from .statements import (
     entries_where,
     entry_params,
     insert_entries,
-    memory_from_row,
 )
-from .store import PostgresMemoryStore, add_memories_on, check_dimension, store_settings
+from .store import PostgresMemoryStore, add_memories_on, check_dimension, delete_expired, store_settings
 
 # An import's entry replaces the one under its id when anything differs: a second import changes nothing.
 _REPLACE_CHANGED = (
@@ -75,25 +74,28 @@ class MemoryLifecycle:
                 if etag:
                     raise Aborted("ETAG_MISMATCH", f"memory {memory_id!r} does not exist: no etag matches it")
                 return await self._add_for_update(conn, namespace, memory_id, change, store, live_at), True
-            current = memory_from_row(row)
+            current = self._store.record(row)
             if etag and etag != current.etag:
                 raise Aborted(
-                    "ETAG_MISMATCH",
-                    f"memory {memory_id!r} changed since it was read (etag {current.etag!r}, not {etag!r}):"
-                    " read it again and retry",
+                    "ETAG_MISMATCH", f"memory {memory_id!r} changed since it was read: read it again and retry"
                 )
             if store and store != current.store:
                 raise InvalidArgument.of("memory.store", f"memory {memory_id!r} is in store {current.store!r}")
             if "vector" in change.fields:
                 check_dimension(change.vector, row["dimension"], current.store, "memory.vector")
-            await conn.execute(
-                f"INSERT INTO {SCHEMA}.memory_versions (namespace, id, version, {VERSIONED_COLUMNS}, replaced_by)"
-                f" SELECT namespace, id, version, {VERSIONED_COLUMNS}, %s FROM {SCHEMA}.memories"
-                " WHERE namespace = %s AND id = %s",
+            # Stamped when the change happens (the row is locked by now), not when the transaction began:
+            # of two updates, the one that waits for the other's lock is the later one, and says so.
+            cursor = await conn.execute(
+                f"INSERT INTO {SCHEMA}.memory_versions"
+                f" (namespace, id, version, {VERSIONED_COLUMNS}, replaced_by, replace_time)"
+                f" SELECT namespace, id, version, {VERSIONED_COLUMNS}, %s, clock_timestamp() FROM {SCHEMA}.memories"
+                " WHERE namespace = %s AND id = %s RETURNING replace_time",
                 (replaced_by, namespace, memory_id),
             )
-            assignments = ["version = version + 1", "update_time = now()"]
-            values: dict[str, Any] = {"namespace": namespace, "id": memory_id}
+            stamped = await cursor.fetchone()
+            assert stamped is not None  # locked above
+            assignments = ["version = version + 1", "update_time = %(changed)s"]
+            values: dict[str, Any] = {"namespace": namespace, "id": memory_id, "changed": stamped["replace_time"]}
             for name in sorted(change.fields):
                 if name in ("user_id", "agent_id", "session_id"):
                     values[name] = getattr(change.scope, name)
@@ -112,7 +114,7 @@ class MemoryLifecycle:
             )
             updated = await cursor.fetchone()
             assert updated is not None  # locked above
-            return memory_from_row(updated), False
+            return self._store.record(updated), False
 
     async def _add_for_update(
         self, conn: Connection, namespace: str, memory_id: str, change: MemoryChange, store: str, live_at: datetime
@@ -121,10 +123,7 @@ class MemoryLifecycle:
         the id (not purged yet) goes first; one outside the caller's scope keeps it (ALREADY_EXISTS)."""
         dimension, ttl = await store_settings(conn, namespace, store, lock="FOR SHARE")
         check_dimension(change.vector, dimension, store, "memory.vector")
-        await conn.execute(
-            f"DELETE FROM {SCHEMA}.memories WHERE namespace = %s AND id = %s AND expire_time <= %s",
-            (namespace, memory_id, live_at),
-        )
+        await delete_expired(conn, namespace, [memory_id], live_at)
         new = NewMemory(change.content, change.vector, memory_id, change.metadata, change.scope, change.expire_time)
         cursor = await conn.execute(
             insert_entries("DO NOTHING", MEMORY_COLUMNS), entry_params(namespace, [(memory_id, store, new)], ttl)
@@ -132,24 +131,26 @@ class MemoryLifecycle:
         row = await cursor.fetchone()
         if row is None:
             raise AlreadyExists("memory", memory_id, f"memory.id: {memory_id!r} is taken")
-        return memory_from_row(row)
+        return self._store.record(row)
 
     async def list_versions(
         self, namespace: str, memory_id: str, scope: Scope, before: int, limit: int
     ) -> list[MemoryVersion]:
         """The versions of a live entry within `scope` that updates replaced, newest first, older than
-        `before` (0: from the newest). NOT_FOUND when the entry is not there."""
+        `before` (0: from the newest). NOT_FOUND when the entry is not there. Each version is within
+        `scope` too: what the entry was while it was another user's is not this caller's to read."""
         current = await self._store.get_memory(namespace, memory_id, scope)
+        where, params = entries_where(scope, None, live=False)
         rows = await self._store.read(
             namespace,
-            f"SELECT id, version, {VERSIONED_COLUMNS}, replace_time, replaced_by FROM {SCHEMA}.memory_versions"
-            " WHERE namespace = %(namespace)s AND id = %(id)s AND (%(before)s = 0 OR version < %(before)s)"
-            " ORDER BY version DESC LIMIT %(limit)s",
-            {"namespace": namespace, "id": memory_id, "before": before, "limit": limit},
+            f"SELECT id, version, {VERSIONED_COLUMNS}, replace_time, replaced_by FROM {SCHEMA}.memory_versions m"
+            " WHERE m.namespace = %(namespace)s AND m.id = %(id)s AND (%(before)s = 0 OR m.version < %(before)s)"
+            f"{where} ORDER BY m.version DESC LIMIT %(limit)s",
+            {"namespace": namespace, "id": memory_id, "before": before, "limit": limit, **params},
         )
         return [
             MemoryVersion(
-                row["version"], memory_from_row({**row, "seq": current.seq}), row["replace_time"], row["replaced_by"]
+                row["version"], self._store.record({**row, "seq": current.seq}), row["replace_time"], row["replaced_by"]
             )
             for row in rows
         ]
@@ -213,7 +214,7 @@ class MemoryLifecycle:
             if not rows:
                 return
             # pgvector's psycopg adapter reads the column as its `Vector`.
-            yield [(memory_from_row(row), row["embedding"].to_list()) for row in rows]
+            yield [(self._store.record(row), row["embedding"].to_list()) for row in rows]
             if len(rows) < batch:
                 return
             after = rows[-1]["seq"]
@@ -250,7 +251,7 @@ class MemoryLifecycle:
             counts = {"added": 0, "replaced": 0}
             if memories:
                 cursor = await conn.execute(
-                    insert_entries(_REPLACE_CHANGED, "(xmax = 0) AS added"),
+                    insert_entries(_REPLACE_CHANGED, "(xmax = 0) AS added", keep_times=True),
                     entry_params(
                         namespace,
                         [(m.memory.id, m.store, m.memory) for m in memories],
@@ -295,7 +296,7 @@ class MemoryLifecycle:
             )
             if len(await cursor.fetchall()) != len(turns):
                 raise Aborted("CONCURRENT_REMEMBER", "another call is remembering these turns: retry to skip them")
-            return await add_memories_on(conn, namespace, store, memories) if memories else []
+            return await add_memories_on(conn, namespace, store, memories, self._store) if memories else []
 
     async def remembered(self, namespace: str, store: str, turns: Sequence[str]) -> set[str]:
         """Which of `turns` (hashes) Remember has noted in `store`."""

@@ -6,6 +6,9 @@ These are the records the adapters return and the servicers render; they know no
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,11 +72,9 @@ class MemoryRecord:
     update_time: datetime | None = None
     expire_time: datetime | None = None
     version: int = 1
-
-    @property
-    def etag(self) -> str:
-        """Changes with every update, and differs for an entry deleted and added again under its id."""
-        return f"{self.seq}.{self.version}"
+    # Changes with every update, and differs for an entry deleted and added again under its id; opaque
+    # (`statements.etag_of`): it tells its holder nothing of other entries or tenants.
+    etag: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,3 +139,23 @@ class Candidate(ScoredRecord):
     of the query's rare words it holds (None for the vector search's)."""
 
     lexical: float | None = None
+
+
+class ScopedIds:
+    """The ids a key bound to a scope gives the entries it adds: its own.
+
+    Ids are unique in a namespace, so an id another user's entry holds would otherwise tell a bound key
+    so (an add refused where a free id is taken). A bound key's id for a new entry is therefore made its
+    scope's own: the id it gave, then `~` and a keyed hash of its scope and that id (the service's key,
+    so nobody can make another scope's). The same id from the same scope always makes the same entry id,
+    so adds and upserts stay retry-safe; an id already held within the key's own scope is that entry's.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def own(self, scope: Scope, memory_id: str) -> str:
+        digest = hmac.new(self._key, f"{scope.user_id}\x00{scope.agent_id}\x00{memory_id}".encode(), hashlib.sha256)
+        tag = base64.b32encode(digest.digest()[:10]).decode().lower()
+        # Within the 128 characters an id may have: the given id, cut if it must be, then the tag.
+        return f"{memory_id[: 128 - len(tag) - 1]}~{tag}"

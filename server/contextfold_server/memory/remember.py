@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..access.sealing import derived_key
 from ..embedding import Embedder
 from ..engine.memory import SearchQuery
 from ..engine.remember import SpokenTurn
@@ -53,8 +55,12 @@ class Rememberer:
         store: PostgresMemoryStore,
         lifecycle: MemoryLifecycle,
         embedder: Embedder,
+        secret: bytes,
         extractor: Extractor | None = None,
     ) -> None:
+        # Turns are keyed with a key of the service's: a turn's key (and its entry's id) is no hash anyone
+        # could compute from words they guess.
+        self._turn_key = derived_key(secret, "remembered turns")
         self._store = store
         self._lifecycle = lifecycle
         self._embedder = embedder
@@ -82,8 +88,11 @@ class Rememberer:
                 f"has {stores[store].dimension} dimensions and the server's embedder ({self._embedder.name})"
                 f" produces {self._embedder.dimension}: Remember embeds with it",
             )
-        done = await self._lifecycle.remembered(namespace, store, [turn.key for turn in turns])
-        new = [turn for turn in turns if turn.key not in done]
+        keys = {turn.identity: self._key(turn) for turn in turns}
+        # Turns remembered before keys were keyed are known by their plain hash: not remembered twice.
+        legacy = {turn.identity: _plain_key(turn) for turn in turns}
+        done = await self._lifecycle.remembered(namespace, store, [*keys.values(), *legacy.values()])
+        new = [turn for turn in turns if keys[turn.identity] not in done and legacy[turn.identity] not in done]
         if len(new) > MAX_NEW_TURNS:
             raise InvalidArgument.of(
                 "messages",
@@ -93,26 +102,26 @@ class Rememberer:
         outcome = Remembered(new_turns=len(new), skipped_turns=len(turns) - len(new))
         if not new:
             return outcome
-        keys = [turn.key for turn in new]
+        new_keys = [keys[turn.identity] for turn in new]
         if not extract:
             vectors = await self._embedder.embed([turn.text for turn in new])
             memories = [
-                NewMemory(turn.text, vector, f"turn-{turn.key}", metadata, scope)
-                for turn, vector in zip(new, vectors, strict=True)
+                NewMemory(turn.text, vector, f"turn-{key}", metadata, scope)
+                for turn, key, vector in zip(new, new_keys, vectors, strict=True)
             ]
-            added = await self._lifecycle.remember_turns(namespace, store, scope, keys, memories)
+            added = await self._lifecycle.remember_turns(namespace, store, scope, new_keys, memories)
             outcome.memories = [("added", record) for record in added]
             return outcome
         adds, updates = await self._extract(namespace, store, scope, new)
         vectors = await self._embedder.embed([*adds, *(text for _, text in updates)])
-        digest = hashlib.sha256("".join(keys).encode()).hexdigest()
+        digest = hashlib.sha256("".join(new_keys).encode()).hexdigest()
         memories = [
             NewMemory(
                 text, vector, f"fact-{hashlib.sha256((digest + text).encode()).hexdigest()[:32]}", metadata, scope
             )
             for text, vector in zip(adds, vectors[: len(adds)], strict=True)
         ]
-        added = await self._lifecycle.remember_turns(namespace, store, scope, keys, memories)
+        added = await self._lifecycle.remember_turns(namespace, store, scope, new_keys, memories)
         outcome.memories = [("added", record) for record in added]
         for (kept, text), vector in zip(updates, vectors[len(adds) :], strict=True):
             change = MemoryChange(frozenset({"content", "vector"}), content=text, vector=vector)
@@ -121,6 +130,9 @@ class Rememberer:
             )
             outcome.memories.append(("updated", record))
         return outcome
+
+    def _key(self, turn: SpokenTurn) -> str:
+        return hmac.new(self._turn_key, turn.identity.encode(), hashlib.sha256).hexdigest()[:32]
 
     async def _extract(
         self, namespace: str, store: str, scope: Scope, turns: Sequence[SpokenTurn]
@@ -154,3 +166,8 @@ class Rememberer:
         adds = list(dict.fromkeys(d.text for d in decisions if d.event == "ADD"))
         updates = {d.id: d.text for d in decisions if d.event == "UPDATE"}
         return adds, [(short[key], text) for key, text in updates.items()]
+
+
+def _plain_key(turn: SpokenTurn) -> str:
+    """A turn's key as Remember wrote it before turns were keyed with the service's secret."""
+    return hashlib.sha256(turn.identity.encode()).hexdigest()[:32]

@@ -7,7 +7,10 @@ sends the same text, which psycopg prepares once and Postgres plans per values.
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import hmac
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -39,7 +42,15 @@ LIVE = " AND (m.expire_time IS NULL OR m.expire_time > %(live_at)s)"
 VERSIONED_COLUMNS = "store, content, metadata, user_id, agent_id, session_id, create_time, update_time, expire_time"
 
 
-def memory_from_row(row: dict[str, Any]) -> MemoryRecord:
+def etag_of(etag_key: bytes, memory_id: str, seq: int, version: int) -> str:
+    """An entry's etag: a keyed hash of its id, its row (`seq`, new for an entry deleted and added again)
+    and its version, so it changes with every update while telling nothing: `seq` counts every
+    tenant's writes, and an etag must not publish it."""
+    digest = hmac.new(etag_key, f"{memory_id}\x00{seq}\x00{version}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest[:16]).decode().rstrip("=")
+
+
+def memory_from_row(row: dict[str, Any], etag_key: bytes) -> MemoryRecord:
     return MemoryRecord(
         id=row["id"],
         store=row["store"],
@@ -51,6 +62,7 @@ def memory_from_row(row: dict[str, Any]) -> MemoryRecord:
         update_time=row["update_time"],
         expire_time=row["expire_time"],
         version=row["version"],
+        etag=etag_of(etag_key, row["id"], row["seq"], row["version"]),
     )
 
 
@@ -216,18 +228,43 @@ _ENTRY_ARRAYS = (
 )
 
 
-def insert_entries(on_conflict: str, returning: str) -> str:
+def insert_entries(on_conflict: str, returning: str, keep_times: bool = False) -> str:
     """The one statement that adds entries (`entry_params` gives its parameters): each is created now
     unless it brings its creation time, updated never unless it brings a later update time, and expires
     when it says or after the store's time-to-live (`%(ttl)s`); then `on_conflict` (an id taken) and
-    `returning`."""
+    `returning`. With `keep_times`, an entry that brings no times keeps those of the entry its id holds
+    (an import of an export without times changes nothing the second time)."""
+    existing = f"(SELECT e.{{}} FROM {SCHEMA}.memories e WHERE e.namespace = %(namespace)s AND e.id = g.id)"
+    created = (
+        f"coalesce(g.create_time, {existing.format('create_time')}, now())"
+        if keep_times
+        else "coalesce(g.create_time, now())"
+    )
+    updated = (
+        f"CASE WHEN g.create_time IS NULL AND g.update_time IS NULL THEN {existing.format('update_time')}"
+        " ELSE nullif(g.update_time, g.create_time) END"
+        if keep_times
+        else "nullif(g.update_time, g.create_time)"
+    )
     return (
         f"WITH given AS (SELECT * FROM unnest({_ENTRY_ARRAYS}) AS g({_ENTRY_COLUMNS}))"
         f" INSERT INTO {SCHEMA}.memories AS m (namespace, {_ENTRY_COLUMNS}, dimension)"
-        " SELECT %(namespace)s, id, store, content, metadata, user_id, agent_id, session_id, embedding,"
-        " coalesce(create_time, now()), nullif(update_time, create_time),"
-        " coalesce(expire_time, now() + %(ttl)s::interval), vector_dims(embedding)"
-        f" FROM given ON CONFLICT (namespace, id) {on_conflict} RETURNING {returning}"
+        " SELECT %(namespace)s, g.id, g.store, g.content, g.metadata, g.user_id, g.agent_id, g.session_id,"
+        f" g.embedding, {created}, {updated},"
+        " coalesce(g.expire_time, now() + %(ttl)s::interval), vector_dims(g.embedding)"
+        f" FROM given g ON CONFLICT (namespace, id) {on_conflict} RETURNING {returning}"
+    )
+
+
+def stored_as_given() -> str:
+    """Each entry stored under the ids of `entry_params`, and whether it holds what was given there (the
+    same store, content, metadata and scope), compared by Postgres as it keeps them: metadata compares
+    as JSON numbers do, whatever a float read back looks like."""
+    return (
+        f"WITH given AS (SELECT * FROM unnest({_ENTRY_ARRAYS}) AS g({_ENTRY_COLUMNS}))"
+        f" SELECT {_M_COLUMNS.as_string(None)}, (m.store, m.content, m.metadata, m.user_id, m.agent_id,"
+        " m.session_id) = (g.store, g.content, g.metadata, g.user_id, g.agent_id, g.session_id) AS same"
+        f" FROM given g JOIN {SCHEMA}.memories m ON m.namespace = %(namespace)s AND m.id = g.id"
     )
 
 

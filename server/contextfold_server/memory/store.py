@@ -7,6 +7,7 @@ updates, versions, erasure, export and import, expiry and Remember's ledger are 
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,7 @@ from .statements import (
     memory_from_row,
     once,
     search_statement,
+    stored_as_given,
 )
 
 # Stores of a namespace use at most this many vector dimensions: each has an index of its own, which
@@ -48,12 +50,15 @@ class PostgresMemoryStore:
         database: Database | Databases,
         new_dimension: Callable[[int], None] = lambda dimension: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        etag_key: bytes = b"",
     ) -> None:
         self._database = database
         # Told each store's dimension as it is created, so its index gets built (`VectorIndexes.request`).
         self._new_dimension = new_dimension
         # What time it is for expiry: an entry is gone from every read the moment this passes its expiry.
         self._clock = clock
+        # What entries' etags are keyed with (`statements.etag_of`): the service's, so every replica agrees.
+        self._etag_key = etag_key or secrets.token_bytes(32)
 
     def connection(self, namespace: str) -> NamespaceConnection:
         """A connection acting for `namespace`, in one transaction (`Database.connection`)."""
@@ -68,6 +73,10 @@ class PostgresMemoryStore:
     def now(self) -> datetime:
         """What time it is for expiry: an entry is gone from every read the moment this passes its expiry."""
         return self._clock()
+
+    def record(self, row: dict[str, Any]) -> MemoryRecord:
+        """An entry as a statement read it (`statements.MEMORY_COLUMNS`), with its etag."""
+        return memory_from_row(row, self._etag_key)
 
     def created_dimension(self, dimension: int) -> None:
         """A store of `dimension` was created: its index is built if it has none yet."""
@@ -170,7 +179,7 @@ class PostgresMemoryStore:
     async def add_memories(self, namespace: str, store: str, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         """Add a batch, all or nothing. An id that already holds the same entry is returned as stored."""
         async with self.connection(namespace) as conn:
-            return await add_memories_on(conn, namespace, store, memories)
+            return await add_memories_on(conn, namespace, store, memories, self)
 
     def _searching(self, namespace: str, scope: Scope, query: SearchQuery) -> tuple[str, dict[str, Any]]:
         """The conditions of a search's entries (`entries_where`), and the parameters every search takes."""
@@ -203,7 +212,7 @@ class PostgresMemoryStore:
             exact = search_statement(len(query.vector), where + anchored(query.filter, params), exact=True)
             rows = await self.read(namespace, exact, params)
         results = [
-            ScoredRecord(memory_from_row(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None
+            ScoredRecord(self.record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None
         ]
         return known_stores(rows), results
 
@@ -235,7 +244,7 @@ class PostgresMemoryStore:
             statement = candidates_statement(dimension, bool(lexical), narrowed, filtered, exact=True)
             rows = await self.read(namespace, statement, params)
         found = [
-            Candidate(memory_from_row(row), 1.0 - float(row["distance"]), row["lexical"])
+            Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"])
             for row in rows
             if row["id"] is not None
         ]
@@ -252,7 +261,17 @@ class PostgresMemoryStore:
         )
         if not rows:
             raise NotFound("memory", memory_id)
-        return memory_from_row(rows[0])
+        return self.record(rows[0])
+
+    async def held_within(self, namespace: str, ids: Sequence[str], scope: Scope) -> set[str]:
+        """Which of `ids` live entries within `scope` hold."""
+        where, params = entries_where(scope, None)
+        rows = await self.read(
+            namespace,
+            f"SELECT m.id FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s AND m.id = ANY(%(ids)s){where}",
+            {"namespace": namespace, "ids": list(ids), "live_at": self.now(), **params},
+        )
+        return {row["id"] for row in rows}
 
     async def list_memories(
         self, namespace: str, store: str, scope: Scope, after_seq: int, limit: int, tree: Filter | None = None
@@ -268,7 +287,7 @@ class PostgresMemoryStore:
             {"namespace": namespace, "store": store, "after": after_seq, "limit": limit, "live_at": self.now()}
             | params,
         )
-        return [memory_from_row(row) for row in rows]
+        return [self.record(row) for row in rows]
 
     async def delete_memories(
         self, namespace: str, ids: Sequence[str], allow_missing: bool, scope: Scope = UNSCOPED
@@ -290,35 +309,39 @@ class PostgresMemoryStore:
 
 
 async def add_memories_on(
-    conn: Connection, namespace: str, store: str, memories: Sequence[NewMemory]
+    conn: Connection, namespace: str, store: str, memories: Sequence[NewMemory], rows: PostgresMemoryStore
 ) -> list[MemoryRecord]:
-    """`PostgresMemoryStore.add_memories` on `conn`, in its transaction (Remember's too)."""
+    """`PostgresMemoryStore.add_memories` on `conn`, in its transaction (Remember's too). An entry that
+    expired (and awaits the purge) never holds its id against a new one: it goes first."""
     ids = [memory.id or str(uuid.uuid4()) for memory in memories]
     # FOR SHARE holds off a concurrent DeleteStore until the batch is in.
     dimension, ttl = await store_settings(conn, namespace, store, lock="FOR SHARE")
     for index, memory in enumerate(memories):
         check_dimension(memory.vector, dimension, store, f"memories[{index}].vector")
-    entries = [(memory_id, store, memory) for memory_id, memory in zip(ids, memories, strict=True)]
-    await conn.execute(insert_entries("DO NOTHING", "1"), entry_params(namespace, entries, ttl))
-    cursor = await conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s)",
-        (namespace, ids),
+    await delete_expired(conn, namespace, ids, rows.now())
+    params = entry_params(
+        namespace, [(memory_id, store, memory) for memory_id, memory in zip(ids, memories, strict=True)], ttl
     )
-    stored = {row["id"]: memory_from_row(row) for row in await cursor.fetchall()}
-    for index, (memory, row_id) in enumerate(zip(memories, ids, strict=True)):
-        existing = stored[row_id]
-        if (existing.store, existing.content, existing.metadata, existing.scope) != (
-            store,
-            memory.content,
-            memory.metadata,
-            memory.scope,
-        ):
+    await conn.execute(insert_entries("DO NOTHING", "1"), params)
+    cursor = await conn.execute(stored_as_given(), params)
+    stored = {row["id"]: row for row in await cursor.fetchall()}
+    for index, row_id in enumerate(ids):
+        if not stored[row_id]["same"]:
             raise AlreadyExists(
                 "memory",
                 row_id,
                 f"memories[{index}].id: memory {row_id!r} already exists with different contents",
             )
-    return [stored[row_id] for row_id in ids]
+    return [rows.record(stored[row_id]) for row_id in ids]
+
+
+async def delete_expired(conn: Connection, namespace: str, ids: Sequence[str], live_at: datetime) -> None:
+    """Delete the entries under `ids` that expired by `live_at`: no read returns them any more, and a
+    write under their ids must find them gone, not absorb it or be refused by them."""
+    await conn.execute(
+        f"DELETE FROM {SCHEMA}.memories WHERE namespace = %s AND id = ANY(%s) AND expire_time <= %s",
+        (namespace, list(ids), live_at),
+    )
 
 
 async def store_settings(conn: Connection, namespace: str, store: str, lock: str = "") -> tuple[int, timedelta | None]:

@@ -24,7 +24,7 @@ import ipaddress
 import posixpath
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -99,8 +99,9 @@ class EgressPolicy:
     allowed_hosts: tuple[str, ...] = ()
     allowed_networks: tuple[Network, ...] = ()
     allowed_paths: tuple[str, ...] = ()
-    # Endpoints of the service itself: its ports on this machine, its database's address and socket.
-    own_ports: frozenset[int] = frozenset()
+    # Endpoints of the service itself: its ports on this machine (every one its processes listen on, a set
+    # the worker keeps current as the supervisor tells it), its database's address and socket.
+    own_ports: Collection[int] = frozenset()
     # This machine's own addresses besides loopback (its host name's), where its ports are too.
     own_addresses: frozenset[Address] = frozenset()
     # The database's addresses (None: this machine) and port.
@@ -115,12 +116,13 @@ class EgressPolicy:
     def from_option(
         cls,
         allowed: str,
-        own_ports: Iterable[int],
+        own_ports: Collection[int],
         database_urls: Iterable[str],
         resolve: Resolve | None = None,
         resolved_for: float = RESOLVED_FOR_SECONDS,
     ) -> EgressPolicy:
-        """The policy for `--provider-targets` (`allowed`), the service's ports and its database (its URLs).
+        """The policy for `--provider-targets` (`allowed`), the service's ports (`own_ports`, read live: the
+        worker adds the ports the supervisor tells of) and its database (its URLs).
         It resolves this machine's name and the databases' (blocking): build it at start-up, off the loop."""
         hosts: list[str] = []
         networks: list[Network] = []
@@ -145,7 +147,7 @@ class EgressPolicy:
             tuple(hosts),
             tuple(networks),
             tuple(paths),
-            frozenset(port for port in own_ports if port > 0),
+            own_ports,
             frozenset(_resolve_now(socket.gethostname())),
             tuple(database),
             tuple(socket_dirs),

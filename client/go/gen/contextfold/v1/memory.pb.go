@@ -340,10 +340,11 @@ type Memory struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// When the entry expires: from that moment no call returns it, and it is
 	// deleted soon after. Unset: its store's `default_ttl` after it is added,
-	// or never.
+	// or never. On add and update, a time to come (one past is
+	// INVALID_ARGUMENT); ImportMemories keeps what the export wrote.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	// Changes with every update. Output only; give it back on UpdateMemory to
-	// update only the version read.
+	// Changes with every update. Output only, and opaque: give it back on
+	// UpdateMemory to update only the version read.
 	Etag string `protobuf:"bytes,12,opt,name=etag,proto3" json:"etag,omitempty"`
 }
 

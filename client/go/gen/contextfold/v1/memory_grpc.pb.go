@@ -55,7 +55,9 @@ type MemoryServiceClient interface {
 	// its user turns (or the roles asked for), or the facts the server's
 	// extractor finds in them. Injected blocks are never stored. Each turn is
 	// remembered once: sending the conversation again adds nothing. At most
-	// 1,000 turns not remembered yet in one call.
+	// 1,000 turns not remembered yet in one call. Two calls remembering the
+	// same new turns at once: one stores them, the other is ABORTED
+	// (`CONCURRENT_REMEMBER`); retried, it finds them remembered and adds nothing.
 	Remember(ctx context.Context, in *RememberRequest, opts ...grpc.CallOption) (*RememberResponse, error)
 }
 
@@ -283,7 +285,9 @@ type MemoryServiceServer interface {
 	// its user turns (or the roles asked for), or the facts the server's
 	// extractor finds in them. Injected blocks are never stored. Each turn is
 	// remembered once: sending the conversation again adds nothing. At most
-	// 1,000 turns not remembered yet in one call.
+	// 1,000 turns not remembered yet in one call. Two calls remembering the
+	// same new turns at once: one stores them, the other is ABORTED
+	// (`CONCURRENT_REMEMBER`); retried, it finds them remembered and adds nothing.
 	Remember(context.Context, *RememberRequest) (*RememberResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }

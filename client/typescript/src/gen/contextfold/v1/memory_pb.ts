@@ -195,15 +195,16 @@ export type Memory = Message<"contextfold.v1.Memory"> & {
   /**
    * When the entry expires: from that moment no call returns it, and it is
    * deleted soon after. Unset: its store's `default_ttl` after it is added,
-   * or never.
+   * or never. On add and update, a time to come (one past is
+   * INVALID_ARGUMENT); ImportMemories keeps what the export wrote.
    *
    * @generated from field: google.protobuf.Timestamp expire_time = 11;
    */
   expireTime?: Timestamp | undefined;
 
   /**
-   * Changes with every update. Output only; give it back on UpdateMemory to
-   * update only the version read.
+   * Changes with every update. Output only, and opaque: give it back on
+   * UpdateMemory to update only the version read.
    *
    * @generated from field: string etag = 12;
    */
@@ -1690,7 +1691,9 @@ export const MemoryService: GenService<{
    * its user turns (or the roles asked for), or the facts the server's
    * extractor finds in them. Injected blocks are never stored. Each turn is
    * remembered once: sending the conversation again adds nothing. At most
-   * 1,000 turns not remembered yet in one call.
+   * 1,000 turns not remembered yet in one call. Two calls remembering the
+   * same new turns at once: one stores them, the other is ABORTED
+   * (`CONCURRENT_REMEMBER`); retried, it finds them remembered and adds nothing.
    *
    * @generated from rpc contextfold.v1.MemoryService.Remember
    */
