@@ -110,3 +110,71 @@ def test_a_failing_model_fails_every_caller_in_the_batch_and_the_next_batch_work
         assert await batching.embed(["t1", "t22"]) == [[2.0, 1.0], [3.0, 1.0]]
 
     asyncio.run(run())
+
+
+class RecordingModel:
+    """A stand-in for the model that takes a while per batch and records each batch it was given."""
+
+    name, dimension = "recording", 2
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(list(texts))
+        await asyncio.sleep(0.02)
+        return [[float(len(text)), 1.0] for text in texts]
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_tenants_flood_does_not_delay_another_tenants_query() -> None:
+    async def run() -> None:
+        model = RecordingModel()
+        batching = BatchingEmbedder(model, max_batch=64)
+        busy = asyncio.ensure_future(batching.embed(["first"], tenant="flooding"))
+        await asyncio.sleep(0)
+        flood = asyncio.ensure_future(batching.embed([f"bulk {n}" for n in range(500)], tenant="flooding"))
+        await asyncio.sleep(0)
+        query = await batching.embed(["what do I drink?"], tenant="bystander")
+        assert query == [[16.0, 1.0]]
+        # The query went in the batch after the one running when it came, not after the flood's eight.
+        assert "what do I drink?" in model.batches[1]
+        assert len(await flood) == 500 and await busy == [[5.0, 1.0]]
+
+    asyncio.run(run())
+
+
+def test_a_tenant_past_its_queue_is_refused_and_the_others_are_not() -> None:
+    from contextfold_server.errors import ResourceExhausted
+
+    async def run() -> None:
+        batching = BatchingEmbedder(RecordingModel(), max_queued_per_tenant=100)
+        held = asyncio.ensure_future(batching.embed([f"held {n}" for n in range(90)], tenant="flooding"))
+        await asyncio.sleep(0)
+        with pytest.raises(ResourceExhausted) as refused:
+            await batching.embed([f"more {n}" for n in range(20)], tenant="flooding")
+        assert refused.value.reason == "EMBEDDING_QUEUE_FULL" and refused.value.subject == "namespace:flooding"
+        assert await batching.embed(["a query"], tenant="bystander") == [[7.0, 1.0]]
+        assert len(await held) == 90
+
+    asyncio.run(run())
+
+
+def test_texts_nobody_waits_for_leave_the_queue() -> None:
+    async def run() -> None:
+        model = RecordingModel()
+        batching = BatchingEmbedder(model, max_batch=8)
+        running = asyncio.ensure_future(batching.embed(["running"], tenant="a"))
+        await asyncio.sleep(0)
+        abandoned = asyncio.ensure_future(batching.embed([f"abandoned {n}" for n in range(40)], tenant="a"))
+        await asyncio.sleep(0)
+        abandoned.cancel()
+        await asyncio.gather(abandoned, return_exceptions=True)
+        assert await batching.embed(["after"], tenant="b") == [[5.0, 1.0]]
+        await running
+        embedded = [text for batch in model.batches for text in batch]
+        assert not any(text.startswith("abandoned") for text in embedded), model.batches
+
+    asyncio.run(run())

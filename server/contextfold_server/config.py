@@ -43,6 +43,15 @@ class Config:
     tls_key_file: Path | None
     tls_client_ca_file: Path | None
     max_in_flight: int
+    # A tenant's share of `max_in_flight` (calls in flight at once, per worker), and the longest a unary call
+    # that set no deadline runs, and a stream that moves nothing lasts.
+    max_in_flight_per_tenant: int
+    max_call_seconds: float
+    stream_idle_seconds: float
+    # The longest one statement of a call runs, and the database connections (of a worker's pool) one
+    # namespace may hold at once (None: every one).
+    statement_timeout_seconds: float
+    database_connections_per_tenant: int | None
     max_message_bytes: int
     max_connection_age_seconds: float
     keepalive_seconds: float
@@ -73,8 +82,9 @@ class Config:
     extractor_model: str
     extractor_timeout: float
     extractor_api_key: str
-    # How often expired entries are purged.
+    # How often expired entries are purged, and how many versions of an entry are kept.
     purge_interval_seconds: float
+    versions_per_entry: int
 
 
 class _Options:
@@ -170,6 +180,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
         30.0,
         help="how often expired entries are deleted (in batches); they are never returned once expired",
     )
+    option(
+        "--versions-per-entry",
+        int,
+        100,
+        help="versions of an entry kept (what its updates replaced): the newest; an older one goes as one comes",
+    )
     option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
     option("--sandbox-workers", int, 2, help="processes that run callers' expressions and templates")
     option(
@@ -219,6 +235,40 @@ def parse_config(argv: list[str] | None = None) -> Config:
     )
     option("--replica-check-seconds", float, 1.0, help="how often each worker checks the read replicas and their lag")
     option("--max-in-flight", int, 256, help="calls served at once; more are refused with RESOURCE_EXHAUSTED")
+    option(
+        "--max-in-flight-per-tenant",
+        int,
+        0,
+        help="calls one namespace may have in flight at once, its share of --max-in-flight (default: a quarter"
+        " of it; all of it when the service runs open); more are refused with RESOURCE_EXHAUSTED, the others'"
+        " calls untouched",
+    )
+    option(
+        "--max-call-seconds",
+        float,
+        60.0,
+        help="the longest a call that sets no deadline may run (streams excepted: see --stream-idle-seconds)",
+    )
+    option(
+        "--statement-timeout-seconds",
+        float,
+        10.0,
+        help="the longest one database statement of a call may run (and never past the call's deadline);"
+        " one cut off is RESOURCE_EXHAUSTED (STATEMENT_TIMEOUT), its transaction rolled back",
+    )
+    option(
+        "--database-connections-per-tenant",
+        int,
+        0,
+        help="database connections one namespace may hold at once, of each worker's 10 (default: 7; all of"
+        " them when the service runs open)",
+    )
+    option(
+        "--stream-idle-seconds",
+        float,
+        30.0,
+        help="a stream that moves nothing this long (no request comes, no answer is read) is ended",
+    )
     option("--max-message-bytes", int, 4 * 1024 * 1024, help="largest request accepted")
     option(
         "--max-connection-age-seconds",
@@ -266,6 +316,13 @@ def parse_config(argv: list[str] | None = None) -> Config:
         tls_key_file=args.tls_key_file,
         tls_client_ca_file=args.tls_client_ca_file,
         max_in_flight=max(1, args.max_in_flight),
+        # An open service has one namespace: its share is the whole.
+        max_in_flight_per_tenant=args.max_in_flight_per_tenant
+        or (args.max_in_flight if args.auth == "none" else max(1, args.max_in_flight // 4)),
+        max_call_seconds=max(0.1, args.max_call_seconds),
+        stream_idle_seconds=max(0.1, args.stream_idle_seconds),
+        statement_timeout_seconds=max(0.01, args.statement_timeout_seconds),
+        database_connections_per_tenant=args.database_connections_per_tenant or (None if args.auth == "none" else 7),
         max_message_bytes=max(1024, args.max_message_bytes),
         max_connection_age_seconds=args.max_connection_age_seconds,
         keepalive_seconds=args.keepalive_seconds,
@@ -290,6 +347,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         extractor_timeout=max(1, args.extractor_timeout_ms) / 1000,
         extractor_api_key=os.environ.get("CONTEXTFOLD_EXTRACTOR_API_KEY", ""),
         purge_interval_seconds=max(0.05, args.purge_interval_seconds),
+        versions_per_entry=max(1, args.versions_per_entry),
     )
 
 

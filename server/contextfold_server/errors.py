@@ -137,9 +137,47 @@ class PermissionDenied(_WithReason):
 
 
 class ResourceExhausted(_WithReason):
-    """Over a limit: the message says which, and retrying later may work."""
+    """Over a limit: the message says which, and retrying later may work. With `subject` (what is at its
+    limit, e.g. `namespace:acme`), a `google.rpc.QuotaFailure` names it; with `retry_after` (seconds),
+    a `google.rpc.RetryInfo` says when a retry may succeed."""
 
     code = code_pb2.RESOURCE_EXHAUSTED
+
+    def __init__(self, reason: str, message: str, *, subject: str = "", retry_after: float | None = None) -> None:
+        super().__init__(reason, message)
+        self.subject = subject
+        self.retry_after = retry_after
+
+    def details(self) -> list[Message]:
+        details = super().details()
+        if self.subject:
+            violation = error_details_pb2.QuotaFailure.Violation(subject=self.subject, description=str(self))
+            details.append(error_details_pb2.QuotaFailure(violations=[violation]))
+        if self.retry_after is not None:
+            retry = error_details_pb2.RetryInfo()
+            retry.retry_delay.FromMilliseconds(int(self.retry_after * 1000))
+            details.append(retry)
+        return details
+
+
+class StatementTimeout(_WithReason):
+    """A statement cut off by its time (RESOURCE_EXHAUSTED): the server's longest for one statement, or
+    what the caller's deadline left. Nothing it did is kept (its transaction is rolled back)."""
+
+    code = code_pb2.RESOURCE_EXHAUSTED
+
+
+class CallTooLong(_WithReason):
+    """A call that set no deadline ran past the server's longest (DEADLINE_EXCEEDED): none runs unbounded."""
+
+    code = code_pb2.DEADLINE_EXCEEDED
+
+
+class StreamIdle(_WithReason):
+    """A stream that moved nothing for too long (DEADLINE_EXCEEDED): no request came, or the caller read
+    no answer. It held a call's slot; it is ended so it holds it no more."""
+
+    code = code_pb2.DEADLINE_EXCEEDED
 
 
 class Aborted(_WithReason):

@@ -32,6 +32,8 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .access.keys import KeyRing
+from .api.admission import Admission
+from .api.call import CallLimits
 from .api.pipeline import CallPipeline
 from .api.readiness import Readiness
 from .config import Config
@@ -70,7 +72,9 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     keys = KeyRing(shared.owner_url, listener, required=config.auth == "keys")
     health_servicer = health.aio.HealthServicer()
     readiness = Readiness(health_servicer, SERVICE_NAMES)
-    pipeline = CallPipeline(metrics, config.max_in_flight, keys, readiness, lag)
+    admission = Admission(config.max_in_flight, config.max_in_flight_per_tenant)
+    limits = CallLimits(config.max_call_seconds, config.stream_idle_seconds)
+    pipeline = CallPipeline(metrics, admission, keys, readiness, lag, limits)
     server = grpc_server(config, pipeline, shared.port)
     pending = {name: _Pending(service) for service, _, name in SERVICES}
     for service, stubs, name in SERVICES:

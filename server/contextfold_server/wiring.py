@@ -41,7 +41,7 @@ from .memory.store import PostgresMemoryStore
 from .observe.metrics import Metrics
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
-from .postgres.pool import Database
+from .postgres.pool import Database, PoolLimits
 from .postgres.replicas import Databases
 from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
@@ -90,7 +90,8 @@ async def build(
     embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
     running.push_async_callback(_close_embedder, embedder_loading)
     await _wait_for_database(shared.owner_url, shared.database_url)
-    database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS)
+    limits = PoolLimits(config.statement_timeout_seconds, config.database_connections_per_tenant)
+    database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS, limits=limits)
     running.push_async_callback(database.close)
     metrics.watch_pool(database.stats)
     indexes = VectorIndexes(shared.owner_url)
@@ -101,6 +102,7 @@ async def build(
         database,
         config.database_read_urls,
         SEARCH_SETTINGS,
+        limits,
         max_lag=config.replica_max_lag_seconds,
         check_seconds=config.replica_check_seconds,
         observe=metrics.observe_replica,
@@ -114,7 +116,7 @@ async def build(
     # keys derived from it, and entries' etags and Remember's turns keyed.
     secret = await service_secret(shared.owner_url, "page_tokens")
     store = PostgresMemoryStore(reading, indexes.request, etag_key=derived_key(secret, "etags"))
-    lifecycle = MemoryLifecycle(store)
+    lifecycle = MemoryLifecycle(store, config.versions_per_entry)
     providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
     # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.
     policy = await asyncio.to_thread(

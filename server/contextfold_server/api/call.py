@@ -21,6 +21,16 @@ _ANSWER_RESERVE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
+class CallLimits:
+    """How long a call may take when its caller says nothing: a unary call that set no deadline gets
+    `max_call_seconds`; a stream is ended once it moves nothing (no request comes, no answer is read)
+    for `stream_idle_seconds`."""
+
+    max_call_seconds: float = 60.0
+    stream_idle_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
 class Call:
     caller: Caller
     # The caller's `x-request-id`, or one the pipeline made.

@@ -1,8 +1,9 @@
 """`Filter` messages to the engine's filters (engine/filters.py), each part checked and named when wrong.
 
 A filter holds at most `MAX_FILTER_CONDITIONS` conditions, `MAX_FILTER_DEPTH`
-levels deep, and `MAX_IN_VALUES` values in one membership test: the statement it
-compiles to stays small, whatever a caller sends.
+levels deep, `MAX_IN_VALUES` values in one membership test and `MAX_FILTER_VALUES`
+in all its membership tests: the statement it compiles to stays small, and the work
+it asks of each row it reads stays small too, whatever a caller sends.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .fields import MAX_METADATA_BYTES, check_text
 MAX_FILTER_CONDITIONS = 64
 MAX_FILTER_DEPTH = 8
 MAX_IN_VALUES = 100
+# Values compared in all of a filter's membership tests, each against every row read.
+MAX_FILTER_VALUES = 500
 # A key in a field's path, and a string compared with: no longer than this.
 MAX_FILTER_TEXT = 1024
 
@@ -32,21 +35,28 @@ def filter_from_proto(message: memory_pb2.Filter, field: str, present: bool) -> 
     size = message.ByteSize()
     if size > MAX_METADATA_BYTES:
         raise InvalidArgument.of(field, f"takes {size} bytes encoded; the limit is {MAX_METADATA_BYTES}")
-    conditions = [0]
-    return _node(message, field, 1, conditions)
+    return _node(message, field, 1, _Budget())
 
 
-def _node(message: memory_pb2.Filter, field: str, depth: int, conditions: list[int]) -> Filter:
+class _Budget:
+    """What a filter has spent so far of its limits: conditions, and membership values."""
+
+    def __init__(self) -> None:
+        self.conditions = 0
+        self.values = 0
+
+
+def _node(message: memory_pb2.Filter, field: str, depth: int, conditions: _Budget) -> Filter:
     if depth > MAX_FILTER_DEPTH:
         raise InvalidArgument.of(field, f"nests more than {MAX_FILTER_DEPTH} levels of filters")
     kind = message.WhichOneof("kind")
     if kind is None:
         raise InvalidArgument.of(field, "sets no kind: one of field, all, any or not")
     if kind == "field":
-        conditions[0] += 1
-        if conditions[0] > MAX_FILTER_CONDITIONS:
+        conditions.conditions += 1
+        if conditions.conditions > MAX_FILTER_CONDITIONS:
             raise InvalidArgument.of(field, f"is past the limit of {MAX_FILTER_CONDITIONS} conditions in a filter")
-        return _field_test(message.field, f"{field}.field")
+        return _field_test(message.field, f"{field}.field", conditions)
     if kind == "not":
         return Not(_node(getattr(message, "not"), f"{field}.not", depth + 1, conditions))
     filters = getattr(message, kind).filters
@@ -58,7 +68,7 @@ def _node(message: memory_pb2.Filter, field: str, depth: int, conditions: list[i
     return AllOf(children) if kind == "all" else AnyOf(children)
 
 
-def _field_test(message: memory_pb2.FieldFilter, field: str) -> FieldTest:
+def _field_test(message: memory_pb2.FieldFilter, field: str, budget: _Budget) -> FieldTest:
     name, path = parse_field(message.field, f"{field}.field")
     kind = message.WhichOneof("test")
     if kind is None:
@@ -77,6 +87,11 @@ def _field_test(message: memory_pb2.FieldFilter, field: str) -> FieldTest:
         values = getattr(message, "in").values
         if not 1 <= len(values) <= MAX_IN_VALUES:
             raise InvalidArgument.of(at, f"must hold 1 to {MAX_IN_VALUES} values, got {len(values)}")
+        budget.values += len(values)
+        if budget.values > MAX_FILTER_VALUES:
+            raise InvalidArgument.of(
+                at, f"is past the limit of {MAX_FILTER_VALUES} values in all of a filter's membership tests"
+            )
         return FieldTest(name, path, test, tuple(_scalar(v, f"{at}.values[{i}]", False) for i, v in enumerate(values)))
     value = message.equals if test is Test.EQUALS else message.contains
     return FieldTest(name, path, test, _scalar(value, at, test is Test.EQUALS))

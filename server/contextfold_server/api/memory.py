@@ -9,7 +9,7 @@ import grpc
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
 from ..access.policy import key_scope
-from ..embedding import Embedder
+from ..embedding.batching import BatchingEmbedder
 from ..errors import InvalidArgument, NotFound
 from ..memory.lifecycle import MemoryLifecycle
 from ..memory.records import NewMemory, ScopedIds
@@ -44,7 +44,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self,
         store: PostgresMemoryStore,
         lifecycle: MemoryLifecycle,
-        embedder: Embedder,
+        embedder: BatchingEmbedder,
         searcher: MemorySearcher,
         page_tokens: PageTokens,
         rememberer: Rememberer,
@@ -129,7 +129,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                     f"is required: the store has {wanted} dimensions and the server's embedder"
                     f" ({self._embedder.name}) produces {self._embedder.dimension}",
                 )
-        embedded = await self._embedder.embed([memories[index].content for index in to_embed])
+        embedded = await self._embedder.embed(
+            [memories[index].content for index in to_embed], tenant=CALL.get().namespace
+        )
         filled = list(memories)
         for index, vector in zip(to_embed, embedded, strict=True):
             filled[index] = replace(memories[index], vector=vector)
@@ -192,7 +194,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             target = self._ids.own(bound, update.id)
         change = update.change
         if update.needs_embedding:
-            (vector,) = await self._embedder.embed([change.content])
+            (vector,) = await self._embedder.embed([change.content], tenant=call.namespace)
             change = replace(change, vector=tuple(vector), fields=change.fields | {"vector"})
         record, created = await self._lifecycle.update_memory(
             call.namespace,

@@ -32,13 +32,22 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..access.keys import OPEN_CALLER, Caller, KeyRing
 from ..access.policy import authorize
-from ..errors import InvalidArgument, ResourceExhausted, ServiceError, Starting, Unauthenticated
+from ..errors import (
+    CallTooLong,
+    InvalidArgument,
+    ResourceExhausted,
+    ServiceError,
+    Starting,
+    StreamIdle,
+    Unauthenticated,
+)
 from ..observe.logs import log_call
 from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from ..postgres.consistency import CALL_POSITION, TOKEN_HEADER, CallPosition, parse_token, token
-from .call import CALL, Call, deadline_for
+from .admission import Admission
+from .call import CALL, Call, CallLimits, deadline_for
 from .fields import malformed
 from .readiness import Readiness
 from .shape import check_inject_shape
@@ -48,33 +57,50 @@ logger = logging.getLogger(__name__)
 
 INJECT = "/contextfold.v1.InjectionService/Inject"
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def _methods_where(test: Callable[[Any], bool]) -> frozenset[str]:
+    """The full names of contextfold's methods whose descriptor passes `test`."""
+    return frozenset(
+        f"/{service.full_name}/{method.name}"
+        for file in (injection_pb2.DESCRIPTOR, memory_pb2.DESCRIPTOR, provider_pb2.DESCRIPTOR)
+        for service in file.services_by_name.values()
+        for method in service.methods
+        if test(method)
+    )
+
+
 # Calls that change nothing, as the protos declare them (`idempotency_level = NO_SIDE_EFFECTS`): only
 # their reads may go to a read replica. A write's reads are on the primary, which holds what it checks.
-READ_ONLY_METHODS = frozenset(
-    f"/{service.full_name}/{method.name}"
-    for file in (injection_pb2.DESCRIPTOR, memory_pb2.DESCRIPTOR, provider_pb2.DESCRIPTOR)
-    for service in file.services_by_name.values()
-    for method in service.methods
-    if method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
+READ_ONLY_METHODS = _methods_where(
+    lambda method: method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
 )
+# Streams have no longest time: they are ended when they stop moving (`CallLimits.stream_idle_seconds`).
+STREAMING_METHODS = _methods_where(lambda method: method.client_streaming or method.server_streaming)
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
 class CallPipeline(grpc.aio.ServerInterceptor):
     def __init__(
-        self, metrics: Metrics, max_in_flight: int, keys: KeyRing, readiness: Readiness, lag: LoopLagMonitor
+        self,
+        metrics: Metrics,
+        admission: Admission,
+        keys: KeyRing,
+        readiness: Readiness,
+        lag: LoopLagMonitor,
+        limits: CallLimits,
     ) -> None:
         self._metrics = metrics
         self._lag = lag
-        self._max_in_flight = max_in_flight
-        self._in_flight = 0
+        self._admission = admission
         self._keys = keys
         self._readiness = readiness
+        self._limits = limits
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._admission.in_flight
 
     async def intercept_service(
         self,
@@ -90,6 +116,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             # caller's INVALID_ARGUMENT, not gRPC's UNKNOWN naming a Python exception.
             return _decoding_requests(handler)
         codec = _Codec(handler.request_deserializer, handler.response_serializer, _SHAPE_CHECKS.get(method))
+        idle = self._limits.stream_idle_seconds
         # Bytes in, bytes out: the pipeline decodes and encodes, so a large message is
         # parsed off the event loop and one that does not parse is the caller's error.
         if handler.unary_unary is not None:
@@ -97,7 +124,19 @@ class CallPipeline(grpc.aio.ServerInterceptor):
 
             async def serve(data: bytes, context: grpc.aio.ServicerContext) -> bytes | None:
                 async with self._call(method, context) as outcome:
-                    response = await behavior(codec.decode(data), context)
+                    # A call that set no deadline gets the server's longest: none runs unbounded.
+                    longest = self._limits.max_call_seconds if context.time_remaining() is None else None
+                    bounded = asyncio.timeout(longest)
+                    try:
+                        async with bounded:
+                            response = await behavior(codec.decode(data), context)
+                    except TimeoutError:
+                        if not bounded.expired():
+                            raise
+                        raise CallTooLong(
+                            "CALL_TOO_LONG",
+                            f"the call set no deadline and ran past the server's longest, {longest:g} s",
+                        ) from None
                     if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
                         self._metrics.observe_injection(CALL.get().namespace, response.report)
                         outcome.update(_injection_fields(response.report))
@@ -112,12 +151,13 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             streaming = handler.unary_stream
 
-            async def serve_stream(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            async def serve_stream(data: bytes, context: grpc.aio.ServicerContext) -> None:
                 async with self._call(method, context):
                     request = codec.decode(data)
                     await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
                     async for response in streaming(request, context):
-                        yield codec.encode(response)
+                        # An answer the caller does not read in time ends the stream: it holds a slot.
+                        await self._within(idle, context.write(codec.encode(response)), "no answer was read")
 
             return grpc.unary_stream_rpc_method_handler(serve_stream)
         if handler.stream_unary is not None:
@@ -127,7 +167,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 async with self._call(method, context):
 
                     async def decoded() -> AsyncIterator[Any]:
-                        async for data in requests:
+                        incoming = aiter(requests)
+                        while True:
+                            try:
+                                data = await self._within(idle, anext(incoming), "no request came")
+                            except StopAsyncIteration:
+                                return
                             yield codec.decode(data)
 
                     encoded = codec.encode(await receiving(decoded(), context))
@@ -161,9 +206,18 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 caller = self._admit(method, [value for key, value in metadata if key == "authorization"])
                 span.set_attribute("contextfold.namespace", caller.namespace)
                 position = _call_position(method, sent.get(TOKEN_HEADER))
-                self._in_flight += 1
+                try:
+                    self._admission.enter(caller.namespace)
+                except ResourceExhausted as shed:
+                    self._metrics.shed.labels("server" if shed.subject == "server" else "tenant").inc()
+                    raise
                 self._metrics.in_flight.inc()
-                call_token = CALL.set(Call(caller, request_id, deadline_for(context.time_remaining())))
+                time_left = context.time_remaining()
+                if time_left is None and method not in STREAMING_METHODS:
+                    time_left = self._limits.max_call_seconds
+                call = Call(caller, request_id, deadline_for(time_left))
+                position.deadline = call.deadline
+                call_token = CALL.set(call)
                 position_token = CALL_POSITION.set(position)
                 try:
                     yield outcome
@@ -173,7 +227,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 finally:
                     CALL.reset(call_token)
                     CALL_POSITION.reset(position_token)
-                    self._in_flight -= 1
+                    self._admission.leave(caller.namespace)
                     self._metrics.in_flight.dec()
                     if position.answered_by:
                         outcome["database"] = position.answered_by
@@ -208,16 +262,20 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     **outcome,
                 )
 
+    async def _within(self, seconds: float, moving: Awaitable[Any], what: str) -> Any:
+        """What `moving` gives (a stream's next request, or a written answer), or StreamIdle when
+        it takes longer than `seconds`."""
+        try:
+            async with asyncio.timeout(seconds):
+                return await moving
+        except TimeoutError:
+            self._metrics.idle_streams.inc()
+            raise StreamIdle("STREAM_IDLE", f"the stream moved nothing for {seconds:g} s ({what}): ended") from None
+
     def _admit(self, method: str, authorizations: list[str]) -> Caller:
         """The caller, if the call may go ahead: raises the status that says why not."""
         if not self._readiness.taking_calls:
             raise Starting("STARTING", "contextfold is starting: its database or model is not ready yet; retry")
-        if self._in_flight >= self._max_in_flight:
-            self._metrics.shed.inc()
-            raise ResourceExhausted(
-                "TOO_MANY_CALLS_IN_FLIGHT",
-                f"the server is at its limit of {self._max_in_flight} calls in flight; retry with backoff",
-            )
         if not self._keys.required:
             return OPEN_CALLER
         if len(authorizations) > 1:

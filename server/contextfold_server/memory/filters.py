@@ -1,10 +1,10 @@
 """Filters (engine/filters.py) compiled to a parameterized SQL condition over the entries' row, `m`.
 
 The statement's text depends only on the filter's shape: every value a caller
-chose (keys, strings, numbers, times) travels as a parameter. Equality,
-membership and list membership are containment (`@>`), which the metadata's
-inverted index serves; ranges and existence read the value by its keys (`->`
-with a text key, which never indexes into a list, as containment does not).
+chose (keys, strings, numbers, times) travels as a parameter. Equality and list
+membership are containment (`@>`), which the metadata's inverted index serves;
+membership (`in`), ranges and existence read the value by its keys (`->` with a
+text key, which never indexes into a list, as containment does not), once per row.
 Every condition is wrapped so that it is never NULL, so `NOT` is the complement.
 
 Under row-level security, which every request runs with, Postgres uses no index for `@>`: where a
@@ -74,8 +74,10 @@ def _metadata_test(node: FieldTest, param: Param) -> str:
     if node.test is Test.EQUALS:
         return f"(m.metadata @> {param(Jsonb(_nested(node.path, node.value)))})"
     if node.test is Test.IN:
-        documents = [Jsonb(_nested(node.path, value)) for value in node.value]
-        return f"(m.metadata @> ANY({param(documents, '::jsonb[]')}))"
+        # The value read once per row, then compared with each (containment per value would read the
+        # whole metadata again for each): the same entries, as a scalar contains only itself.
+        value = "m.metadata" + "".join(f" -> {param(key, '::text')}" for key in node.path)
+        return f"coalesce(({value}) = ANY({param([Jsonb(v) for v in node.value], '::jsonb[]')}), false)"
     if node.test is Test.CONTAINS:
         return f"(m.metadata @> {param(Jsonb(_nested(node.path, [node.value])))})"
     value = "m.metadata" + "".join(f" -> {param(key, '::text')}" for key in node.path)

@@ -39,8 +39,10 @@ _REPLACE_CHANGED = (
 
 
 class MemoryLifecycle:
-    def __init__(self, store: PostgresMemoryStore) -> None:
+    def __init__(self, store: PostgresMemoryStore, versions_kept: int = 100) -> None:
         self._store = store
+        # An entry's history: its newest versions, this many; an older one goes as a new one comes.
+        self._versions_kept = versions_kept
 
     async def update_memory(
         self,
@@ -94,6 +96,10 @@ class MemoryLifecycle:
             )
             stamped = await cursor.fetchone()
             assert stamped is not None  # locked above
+            await conn.execute(
+                f"DELETE FROM {SCHEMA}.memory_versions WHERE namespace = %s AND id = %s AND version <= %s",
+                (namespace, memory_id, current.version - self._versions_kept),
+            )
             assignments = ["version = version + 1", "update_time = %(changed)s"]
             values: dict[str, Any] = {"namespace": namespace, "id": memory_id, "changed": stamped["replace_time"]}
             for name in sorted(change.fields):

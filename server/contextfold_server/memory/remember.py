@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..access.sealing import derived_key
-from ..embedding import Embedder
+from ..embedding.batching import BatchingEmbedder
 from ..engine.memory import SearchQuery
 from ..engine.remember import SpokenTurn
 from ..errors import InvalidArgument, NotFound, Unavailable
@@ -54,7 +54,7 @@ class Rememberer:
         self,
         store: PostgresMemoryStore,
         lifecycle: MemoryLifecycle,
-        embedder: Embedder,
+        embedder: BatchingEmbedder,
         secret: bytes,
         extractor: Extractor | None = None,
     ) -> None:
@@ -104,7 +104,7 @@ class Rememberer:
             return outcome
         new_keys = [keys[turn.identity] for turn in new]
         if not extract:
-            vectors = await self._embedder.embed([turn.text for turn in new])
+            vectors = await self._embedder.embed([turn.text for turn in new], tenant=namespace)
             memories = [
                 NewMemory(turn.text, vector, f"turn-{key}", metadata, scope)
                 for turn, key, vector in zip(new, new_keys, vectors, strict=True)
@@ -113,7 +113,7 @@ class Rememberer:
             outcome.memories = [("added", record) for record in added]
             return outcome
         adds, updates = await self._extract(namespace, store, scope, new)
-        vectors = await self._embedder.embed([*adds, *(text for _, text in updates)])
+        vectors = await self._embedder.embed([*adds, *(text for _, text in updates)], tenant=namespace)
         digest = hashlib.sha256("".join(new_keys).encode()).hexdigest()
         memories = [
             NewMemory(
@@ -144,7 +144,7 @@ class Rememberer:
             facts = await self._extractor.facts([turn.text for turn in turns])
             if not facts:
                 return [], []
-            vectors = await self._embedder.embed(facts)
+            vectors = await self._embedder.embed(facts, tenant=namespace)
             searches = [
                 self._store.search(
                     namespace,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..embedding import Embedder
+from ..embedding.batching import BatchingEmbedder
 from ..engine import ranking
 from ..engine.entries import RetrievedEntry
 from ..engine.memory import MemorySearch, SearchQuery, SearchResult
@@ -26,7 +26,7 @@ Found = SearchResult[ScoredRecord]
 @dataclass
 class MemorySearcher:
     store: PostgresMemoryStore
-    embedder: Embedder
+    embedder: BatchingEmbedder
     # The operator's remote reranker, for `RANKING_RERANK`; none configured refuses that ranking.
     reranker: Reranker | None = None
     default_ranking: Ranking = ranking.DEFAULT_RANKING
@@ -69,7 +69,7 @@ class MemorySearcher:
         started = time.perf_counter()
         if not query.vector:
             with span("contextfold.embed", model=self.embedder.name):
-                (vector,) = await self.embedder.embed([query.text])
+                (vector,) = await self.embedder.embed([query.text], tenant=namespace)
             query = replace(query, vector=tuple(vector))
             durations["embed"] = time.perf_counter() - started
         strategy = query.ranking or self.default_ranking

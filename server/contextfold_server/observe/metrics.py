@@ -145,7 +145,17 @@ class Metrics:
             registry=self.registry,
         )
         self.shed = Counter(
-            "contextfold_calls_shed", "Calls refused with RESOURCE_EXHAUSTED at the limit", registry=self.registry
+            "contextfold_calls_shed",
+            "Calls refused with RESOURCE_EXHAUSTED at a limit: the server's, or a tenant's share of it",
+            ["limit"],
+            registry=self.registry,
+        )
+        for limit in ("server", "tenant"):
+            self.shed.labels(limit)
+        self.idle_streams = Counter(
+            "contextfold_streams_ended_idle",
+            "Streams ended because they moved nothing for too long: no request came, or no answer was read",
+            registry=self.registry,
         )
 
     def watch_pool(self, stats: Callable[[], dict[str, int]]) -> None:

@@ -1,4 +1,5 @@
-"""Read your writes across the primary and its read replicas: one call's position in the WAL.
+"""Read your writes across the primary and its read replicas: one call's position in the WAL, and when
+its database work must end.
 
 A call that writes learns where its commit lies in the primary's write-ahead log; the pipeline
 hands that position to the caller as a token (trailing metadata `x-contextfold-read-after`), and
@@ -27,6 +28,9 @@ class CallPosition:
     read_after: int = 0
     # Whether reads may go to a replica: only for calls that change nothing.
     replicas_allowed: bool = False
+    # When the call's database work must be done (the event loop's clock), or None: no statement of it
+    # runs past this, nor past the server's longest statement.
+    deadline: float | None = None
     written: int = 0
     answered_by: str = ""
 

@@ -11,8 +11,10 @@ unprivileged service role.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
@@ -22,7 +24,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import Unavailable
+from ..errors import ServiceError, StatementTimeout, Unavailable
 from .consistency import CALL_POSITION, lsn_value
 from .roles import bypasses_row_security
 from .schema import NAMESPACE_SETTING, SERVICE_ROLE
@@ -33,10 +35,22 @@ Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class PoolLimits:
+    """What one call's database work may take: each statement at most `statement_seconds` (and never
+    past the call's deadline), and one namespace at most `per_tenant` of the pool's connections at
+    once (None: all of them), so one tenant's slow reads never hold every connection."""
+
+    statement_seconds: float = 10.0
+    per_tenant: int | None = None
+
+
 class Database:
-    def __init__(self, conninfo: str, pool: AsyncConnectionPool) -> None:
+    def __init__(self, conninfo: str, pool: AsyncConnectionPool, limits: PoolLimits = PoolLimits()) -> None:
         self.conninfo = conninfo
         self._pool = pool
+        self._limits = limits
+        self._turns = _TenantTurns(limits.per_tenant or pool.max_size, timeout=pool.timeout)
         self._checking: asyncio.Task[None] | None = None
         # With read replicas (set by `Databases.open`): each transaction's commit notes its WAL
         # position on the call's `CallPosition`, so the caller can read its writes from a replica.
@@ -50,6 +64,7 @@ class Database:
         min_size: int = 2,
         max_size: int = 10,
         wait: bool = True,
+        limits: PoolLimits = PoolLimits(),
     ) -> Database:
         """The pool; each new connection runs `session_settings` (SQL `SET`s) once. Without `wait`,
         the pool connects in the background (a read replica that is down must not stop a start)."""
@@ -76,7 +91,7 @@ class Database:
             timeout=2.0,
         )
         await pool.open(wait=wait, timeout=30.0)
-        return cls(conninfo, pool)
+        return cls(conninfo, pool, limits)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -87,7 +102,7 @@ class Database:
 
     def connection(self, namespace: str) -> NamespaceConnection:
         """A pooled connection acting for `namespace`: it sees and writes that namespace's rows only."""
-        return NamespaceConnection(self._pool, namespace, self._connection_lost, self.track_writes)
+        return NamespaceConnection(self, namespace)
 
     async def read(
         self, namespace: str, query: Query, params: Params, settings: Mapping[str, str] | None = None
@@ -96,11 +111,11 @@ class Database:
         namespace, `settings` (for this transaction only), the query and the COMMIT go out together
         (pipelined), so the namespace lasts for this transaction only at no more than one round trip's cost."""
         try:
-            async with self._pool.connection() as pooled:
+            async with self._turns.turn(namespace), self._pool.connection() as pooled:
                 conn = cast(Connection, pooled)
                 conn.row_factory = dict_row
                 async with conn.pipeline() as pipeline:
-                    await _begin(conn, namespace)
+                    await self.begin(conn, namespace)
                     for name, value in (settings or {}).items():
                         await conn.execute("SELECT set_config(%s, %s, true)", (name, value))
                     cursor = await conn.execute(query, params)
@@ -108,9 +123,38 @@ class Database:
                     await pipeline.sync()
                     return await cursor.fetchall()
         except (psycopg.OperationalError, TimeoutError) as error:
-            if isinstance(error, psycopg.OperationalError):
-                self._connection_lost()
-            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {error}") from error
+            raise self.refusal(error) from error
+
+    async def begin(self, conn: Connection, namespace: str) -> None:
+        """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends, with
+        its statements' time limit: the server's longest, or what the call's deadline leaves."""
+        await conn.execute("BEGIN")
+        await conn.execute(
+            "SELECT set_config(%s, %s, true), set_config('statement_timeout', %s, true)",
+            (NAMESPACE_SETTING, namespace, f"{self._statement_ms()}ms"),
+        )
+
+    def _statement_ms(self) -> int:
+        limit = self._limits.statement_seconds
+        position = CALL_POSITION.get()
+        if position is not None and position.deadline is not None:
+            limit = min(limit, position.deadline - asyncio.get_running_loop().time())
+        return max(1, int(limit * 1000))
+
+    def refusal(self, error: BaseException) -> ServiceError:
+        """What a caller is told of a database error: a statement cut off by its time, the database out
+        of reach (a lost connection, checked at once with the others), or no connection free in time."""
+        if isinstance(error, psycopg.errors.QueryCanceled):
+            return StatementTimeout(
+                "STATEMENT_TIMEOUT",
+                "the call's database work passed its time (the server's longest statement, or what the"
+                " caller's deadline left): narrow its filter or scope, or give it more time",
+            )
+        if isinstance(error, psycopg.OperationalError):
+            self._connection_lost()
+        if isinstance(error, _NoTurn):
+            return Unavailable("TENANT_CONNECTIONS", str(error))
+        return Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {error}")
 
     def _connection_lost(self) -> None:
         """One connection was lost: the database restarted, or the network failed, and the idle ones are
@@ -138,17 +182,19 @@ class NamespaceConnection:
     transaction commits when the block ends and rolls back when it raises.
     """
 
-    def __init__(
-        self, pool: AsyncConnectionPool, namespace: str, lost: Callable[[], None], track_writes: bool = False
-    ) -> None:
-        self._context = pool.connection()
+    def __init__(self, database: Database, namespace: str) -> None:
+        self._database = database
+        self._turn = database._turns.turn(namespace)
+        self._context = database._pool.connection()
         self._namespace = namespace
-        self._lost = lost
-        self._track_writes = track_writes
         self._conn: Connection | None = None
         self._pipeline: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
 
     async def __aenter__(self) -> Connection:
+        try:
+            await self._turn.__aenter__()
+        except TimeoutError as error:
+            raise self._database.refusal(error) from error
         try:
             conn = cast(Connection, await self._context.__aenter__())
             conn.row_factory = dict_row
@@ -156,13 +202,12 @@ class NamespaceConnection:
             # Pipelined: the BEGIN and the namespace go out with the block's first statement, in one round trip.
             self._pipeline = conn.pipeline()
             await self._pipeline.__aenter__()
-            await _begin(conn, self._namespace)
+            await self._database.begin(conn, self._namespace)
         except (psycopg.Error, TimeoutError) as error:
             if self._conn is not None:
                 await self._context.__aexit__(type(error), error, error.__traceback__)
-            if isinstance(error, psycopg.OperationalError):
-                self._lost()
-            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {error}") from error
+            await self._turn.__aexit__(None, None, None)
+            raise self._database.refusal(error) from error
         return conn
 
     async def __aexit__(
@@ -170,7 +215,7 @@ class NamespaceConnection:
     ) -> None:
         conn = self._conn
         ending: psycopg.Error | None = None
-        call = CALL_POSITION.get() if self._track_writes and exc is None else None
+        call = CALL_POSITION.get() if self._database.track_writes and exc is None else None
         position: psycopg.AsyncCursor[dict[str, Any]] | None = None
         try:
             if conn is not None and not conn.closed:
@@ -186,16 +231,41 @@ class NamespaceConnection:
             ending = error
         finally:
             await self._context.__aexit__(exc_type, exc or ending, tb)
+            await self._turn.__aexit__(None, None, None)
         failure = exc or ending
         if isinstance(failure, psycopg.OperationalError):
-            self._lost()
-            raise Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {failure}") from failure
+            raise self._database.refusal(failure) from failure
         if exc is None and ending is not None:
             # The block went well and its commit did not: the caller must hear of it.
             raise ending
 
 
-async def _begin(conn: Connection, namespace: str) -> None:
-    """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends."""
-    await conn.execute("BEGIN")
-    await conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, namespace))
+class _NoTurn(TimeoutError):
+    """A namespace's share of the pool's connections stayed taken for as long as a caller waits."""
+
+
+class _TenantTurns:
+    """Each namespace's share of the pool: at most `per_tenant` of its connections at once, waited for
+    as long as the pool itself is (then UNAVAILABLE, `TENANT_CONNECTIONS`)."""
+
+    def __init__(self, per_tenant: int, timeout: float) -> None:
+        self._per_tenant = per_tenant
+        self._timeout = timeout
+        self._held: dict[str, asyncio.Semaphore] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, namespace: str) -> AsyncIterator[None]:
+        share = self._held.setdefault(namespace, asyncio.Semaphore(self._per_tenant))
+        try:
+            async with asyncio.timeout(self._timeout):
+                await share.acquire()
+        except TimeoutError:
+            raise _NoTurn(
+                f"this namespace holds {self._per_tenant} of the database's connections, its share: retry"
+            ) from None
+        try:
+            yield
+        finally:
+            share.release()
+            if share._value == self._per_tenant and namespace in self._held:
+                del self._held[namespace]

@@ -33,7 +33,7 @@ import psycopg
 
 from ..errors import Unavailable
 from .consistency import CALL_POSITION, lsn_value
-from .pool import Database, NamespaceConnection, Params, Query
+from .pool import Database, NamespaceConnection, Params, PoolLimits, Query
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +79,15 @@ class Databases:
         self._positions: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)
 
     @classmethod
-    async def open(cls, primary: Database, urls: Sequence[str], session_settings: str, **options: Any) -> Databases:
-        """The replicas' pools, connecting in the background (a replica that is down at start is
-        left out until it answers a check)."""
+    async def open(
+        cls, primary: Database, urls: Sequence[str], session_settings: str, limits: PoolLimits, **options: Any
+    ) -> Databases:
+        """The replicas' pools (with the primary's `limits`), connecting in the background (a replica that
+        is down at start is left out until it answers a check)."""
         replicas = [
-            Replica(f"replica-{number}", await Database.open(url, session_settings, min_size=1, wait=False))
+            Replica(
+                f"replica-{number}", await Database.open(url, session_settings, min_size=1, wait=False, limits=limits)
+            )
             for number, url in enumerate(urls, start=1)
         ]
         primary.track_writes = bool(replicas)
