@@ -18,7 +18,7 @@ from harness.messages import unique, user
 from harness.polling import wait_for
 from harness.servers import Postgres, ServerProcess, provider_fixtures, sample, start_server
 
-from .test_tenancy import keys
+from .test_tenancy import keys, works
 
 SHARE = 3
 IDLE = 3.0
@@ -48,18 +48,10 @@ def tenants(shared: ServerProcess, postgres: Postgres) -> Iterator[tuple[str, st
     bystander = keys(postgres.url, "create", "--namespace", "bystander", "--role", "admin")["key"]
     for key in (flooding, bystander):
         with Client(shared.address, api_key=key, timeout=30) as cf:
-            wait_for(lambda cf=cf: _works(cf), 10, what="the key to work")
+            wait_for(lambda cf=cf: works(cf), 10, what="the key to work")
             cf.create_store("notes")
             cf.add_memories("notes", [{"id": "n1", "content": "The user drinks green tea"}])
     yield flooding, bystander
-
-
-def _works(cf: Client) -> bool:
-    try:
-        list(cf.list_stores())
-    except Exception:  # noqa: BLE001 - a key not yet loaded
-        return False
-    return True
 
 
 class IdleImports:

@@ -29,12 +29,18 @@ from harness.servers import ROOT, Postgres, ServerProcess, provider_fixtures, st
 KEYS = (sys.executable, "-m", "contextfold.cli", "keys")
 
 
-def keys(database_url: str, *args: str) -> dict:
+def operator(command: str, database_url: str, *args: str) -> dict:
+    """What an operator's command (`contextfold keys`, `contextfold tenants`) printed, as JSON."""
     done = subprocess.run(
-        [*KEYS, "--database-url", database_url, *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "contextfold.cli", command, "--database-url", database_url, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def keys(database_url: str, *args: str) -> dict:
+    return operator("keys", database_url, *args)
 
 
 @dataclass

@@ -7,6 +7,7 @@ extractor) come from the environment only: an option would show in `ps`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .access.quotas import DEFAULT_QUOTA, Quota
 from .engine.ranking import DEFAULT_RANKING, Ranking
 from .memory.reranker import RERANKER_APIS
 from .postgres.embedded import default_data_dir
@@ -360,3 +362,8 @@ def available_cores() -> int:
     except (OSError, ValueError):
         return cores
     return cores if quota == "max" else max(1, min(cores, math.ceil(int(quota) / int(period))))
+
+
+def default_quota(config: Config) -> Quota:
+    """The quota of a namespace the operator set none for: the server's defaults, with its versions."""
+    return dataclasses.replace(DEFAULT_QUOTA, versions_per_entry=config.versions_per_entry)

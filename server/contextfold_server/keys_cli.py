@@ -1,29 +1,22 @@
 """`contextfold keys`: create, list and revoke API keys, directly in the service's Postgres.
 
-An operator's tool: it connects to the database the servers use (`--database-url`,
-or the embedded Postgres in `--data-dir`), so it works before any key exists.
-Servers hear of every change within moments.
+An operator's tool (`operator_commands.py`): it works before any key exists, and servers hear of
+every change within moments.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import sys
-from pathlib import Path
 
 from .access.keys import ROLES, KeyRepository
-from .postgres.embedded import DataDirInUse, EmbeddedPostgres, default_data_dir, running_url
-from .postgres.migrations import migrate
+from .operator_commands import add_database_options, run_on_database
 
 
 def build_parser() -> argparse.ArgumentParser:
-    env = os.environ.get
     parser = argparse.ArgumentParser(prog="contextfold keys", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default=env("CONTEXTFOLD_DATABASE_URL", ""))
-    parser.add_argument("--data-dir", type=Path, default=Path(env("CONTEXTFOLD_DATA_DIR", str(default_data_dir()))))
+    add_database_options(parser)
     actions = parser.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="make a key; it is printed once and never stored")
     create.add_argument("--namespace", required=True, help="the tenant the key acts for")
@@ -40,7 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace, database_url: str) -> int:
-    await migrate(database_url)
     keys = KeyRepository(database_url)
     if args.action == "create":
         try:
@@ -62,18 +54,4 @@ async def run(args: argparse.Namespace, database_url: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.database_url:
-        return asyncio.run(run(args, args.database_url))
-    # The embedded Postgres: the running server's, or with none running, one of the command's own
-    # (started on this thread, which outlives it: Postgres is told to stop when that thread ends).
-    joined = running_url(args.data_dir)
-    if joined is not None:
-        return asyncio.run(run(args, joined))
-    embedded = EmbeddedPostgres(args.data_dir)
-    try:
-        return asyncio.run(run(args, embedded.start()))
-    except DataDirInUse as error:
-        print(f"error: {error}, which is starting or stopping: try again in a moment", file=sys.stderr)
-        return 1
-    finally:
-        embedded.stop()
+    return run_on_database(args, lambda url: run(args, url))

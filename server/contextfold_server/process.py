@@ -32,15 +32,17 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .access.keys import KeyRing
+from .access.quotas import QuotaBook
 from .api.admission import Admission
 from .api.call import CallLimits
 from .api.pipeline import CallPipeline
 from .api.readiness import Readiness
-from .config import Config
+from .config import Config, default_quota
 from .observe.logs import configure_logging
 from .observe.loop_lag import LoopLagMonitor
 from .observe.metrics import Metrics
 from .observe.tracing import start_tracing, stop_tracing
+from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
 from .reports import AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
@@ -73,8 +75,11 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     health_servicer = health.aio.HealthServicer()
     readiness = Readiness(health_servicer, SERVICE_NAMES)
     admission = Admission(config.max_in_flight, config.max_in_flight_per_tenant)
+    # Quotas are read on the owner's connection too, and kept current as keys are.
+    quotas = QuotaBook(shared.owner_url, listener, default_quota(config), config.workers)
+    usage = UsageCounters(shared.owner_url)
     limits = CallLimits(config.max_call_seconds, config.stream_idle_seconds)
-    pipeline = CallPipeline(metrics, admission, keys, readiness, lag, limits)
+    pipeline = CallPipeline(metrics, admission, quotas, usage, keys, readiness, lag, limits)
     server = grpc_server(config, pipeline, shared.port)
     pending = {name: _Pending(service) for service, _, name in SERVICES}
     for service, stubs, name in SERVICES:
@@ -93,7 +98,9 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     reports.send(Listening(metrics_port))
 
     async with contextlib.AsyncExitStack() as running:
-        starting = asyncio.create_task(build(config, shared, running, listener, metrics, own_ports))
+        usage.start()
+        running.push_async_callback(usage.close)
+        starting = asyncio.create_task(build(config, shared, running, listener, metrics, own_ports, quotas, usage))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import grpc
 import psycopg
 
+from .access.quotas import QuotaBook
 from .access.sealing import Sealer, derived_key
 from .api.injection import InjectionServicer
 from .api.memory import MemoryServicer
@@ -39,6 +41,7 @@ from .memory.search import MemorySearcher
 from .memory.statements import SEARCH_SETTINGS
 from .memory.store import PostgresMemoryStore
 from .observe.metrics import Metrics
+from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database, PoolLimits
@@ -85,9 +88,11 @@ async def build(
     listener: ChangeListener,
     metrics: Metrics,
     own_ports: set[int],
+    quotas: QuotaBook,
+    usage: UsageCounters,
 ) -> Services:
     """Start every dependency (each closed by `running` on the way out) and build the servicers."""
-    embedder_loading = asyncio.create_task(open_embedder(config, shared.model))
+    embedder_loading = asyncio.create_task(open_embedder(config, shared.model, usage.count))
     running.push_async_callback(_close_embedder, embedder_loading)
     await _wait_for_database(shared.owner_url, shared.database_url)
     limits = PoolLimits(config.statement_timeout_seconds, config.database_connections_per_tenant)
@@ -115,9 +120,9 @@ async def build(
     # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
     # keys derived from it, and entries' etags and Remember's turns keyed.
     secret = await service_secret(shared.owner_url, "page_tokens")
-    store = PostgresMemoryStore(reading, indexes.request, etag_key=derived_key(secret, "etags"))
-    lifecycle = MemoryLifecycle(store, config.versions_per_entry)
-    providers = ProviderRepository(database, Sealer(secret, "provider secrets"))
+    store = PostgresMemoryStore(reading, indexes.request, etag_key=derived_key(secret, "etags"), quotas=quotas.quota)
+    lifecycle = MemoryLifecycle(store)
+    providers = ProviderRepository(database, Sealer(secret, "provider secrets"), quotas.quota)
     # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.
     policy = await asyncio.to_thread(
         EgressPolicy.from_option,
@@ -169,19 +174,22 @@ async def build(
     )
 
 
-async def open_embedder(config: Config, model: Path | None) -> BatchingEmbedder:
-    """The configured embedder, with concurrent calls batched and recent texts cached: the local model
-    from its export (`model`), or, without one, the OpenAI-compatible endpoint."""
+async def open_embedder(
+    config: Config, model: Path | None, embedded: Callable[[str, str, int], None]
+) -> BatchingEmbedder:
+    """The configured embedder, with concurrent calls batched in turns per tenant (told to `embedded`)
+    and recent texts cached: the local model from its export (`model`), or, without one, the
+    OpenAI-compatible endpoint."""
     if model is None:
         from .embedding.openai_compatible import OpenAICompatibleEmbedder
 
         remote = OpenAICompatibleEmbedder(config.openai_base_url, config.openai_model, config.openai_api_key)
         await remote.start()
-        return BatchingEmbedder(remote)
+        return BatchingEmbedder(remote, embedded=embedded)
     from .embedding.local import LocalEmbedder
 
     # Loading the model takes a moment of CPU: keep it off the event loop.
-    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads))
+    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads), embedded=embedded)
 
 
 def _reranker(config: Config, running: contextlib.AsyncExitStack) -> Reranker | None:

@@ -54,6 +54,7 @@ SERVER_COMMANDS = "contextfold.commands"
 _SERVER_COMMAND_HELP = {
     "serve": "run the server (options: contextfold serve --help)",
     "keys": "create, list and revoke API keys (contextfold keys --help)",
+    "tenants": "set and show each namespace's quotas and usage (contextfold tenants --help)",
 }
 
 

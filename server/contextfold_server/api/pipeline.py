@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..access.keys import OPEN_CALLER, Caller, KeyRing
 from ..access.policy import authorize
+from ..access.quotas import QuotaBook
 from ..errors import (
     CallTooLong,
     InvalidArgument,
@@ -45,6 +46,7 @@ from ..observe.logs import log_call
 from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
+from ..observe.usage import UsageCounters
 from ..postgres.consistency import CALL_POSITION, TOKEN_HEADER, CallPosition, parse_token, token
 from .admission import Admission
 from .call import CALL, Call, CallLimits, deadline_for
@@ -86,6 +88,8 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         self,
         metrics: Metrics,
         admission: Admission,
+        quotas: QuotaBook,
+        usage: UsageCounters,
         keys: KeyRing,
         readiness: Readiness,
         lag: LoopLagMonitor,
@@ -94,6 +98,8 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         self._metrics = metrics
         self._lag = lag
         self._admission = admission
+        self._quotas = quotas
+        self._usage = usage
         self._keys = keys
         self._readiness = readiness
         self._limits = limits
@@ -139,6 +145,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                         ) from None
                     if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
                         self._metrics.observe_injection(CALL.get().namespace, response.report)
+                        self._usage.count(CALL.get().namespace, "tokens_injected", response.report.total_tokens)
                         outcome.update(_injection_fields(response.report))
                     encoded = codec.encode(response)
                     # Headers go with the answer, not before: a call cut off before it answers has sent
@@ -207,11 +214,13 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 span.set_attribute("contextfold.namespace", caller.namespace)
                 position = _call_position(method, sent.get(TOKEN_HEADER))
                 try:
+                    self._quotas.take(caller.namespace, writes=method not in READ_ONLY_METHODS)
                     self._admission.enter(caller.namespace)
                 except ResourceExhausted as shed:
                     self._metrics.shed.labels("server" if shed.subject == "server" else "tenant").inc()
                     raise
                 self._metrics.in_flight.inc()
+                self._usage.count(caller.namespace, "calls:" + method.rsplit("/", 1)[-1])
                 time_left = context.time_remaining()
                 if time_left is None and method not in STREAMING_METHODS:
                     time_left = self._limits.max_call_seconds

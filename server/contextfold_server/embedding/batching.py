@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Callable
 
 from ..errors import ResourceExhausted
 from . import Embedder
@@ -44,7 +45,12 @@ class _Waiting:
 
 class BatchingEmbedder:
     def __init__(
-        self, inner: Embedder, max_batch: int = 16, cache_size: int = 4096, max_queued_per_tenant: int = 2048
+        self,
+        inner: Embedder,
+        max_batch: int = 16,
+        cache_size: int = 4096,
+        max_queued_per_tenant: int = 2048,
+        embedded: Callable[[str, str, int], None] = lambda tenant, kind, texts: None,
     ) -> None:
         self.name = inner.name
         self.dimension = inner.dimension
@@ -52,6 +58,8 @@ class BatchingEmbedder:
         self._max_batch = max_batch
         self._cache_size = cache_size
         self._max_queued = max_queued_per_tenant
+        # Told, after each batch, how many texts the model embedded for each tenant (its usage).
+        self._embedded = embedded
         self._cache: OrderedDict[str, array[float]] = OrderedDict()
         # Each tenant's texts waiting for a batch, first come first; the tenants in the order they are served.
         self._queues: OrderedDict[str, OrderedDict[str, _Waiting]] = OrderedDict()
@@ -143,6 +151,8 @@ class BatchingEmbedder:
                     if not waiting.future.done():
                         waiting.future.set_exception(error)
                 continue
+            for tenant, texts in Counter(waiting.tenant for waiting in batch.values()).items():
+                self._embedded(tenant, "texts_embedded", texts)
             for (text, waiting), vector in zip(batch.items(), vectors, strict=True):
                 self._remember(text, vector)
                 self._pending.pop(text, None)

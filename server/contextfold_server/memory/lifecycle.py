@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from psycopg.types.json import Jsonb
 
+from ..access.quotas import DEFAULT_QUOTA
 from ..engine.filters import Filter
 from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from ..postgres.pool import Connection
@@ -23,7 +24,14 @@ from .statements import (
     entry_params,
     insert_entries,
 )
-from .store import PostgresMemoryStore, add_memories_on, check_dimension, delete_expired, store_settings
+from .store import (
+    PostgresMemoryStore,
+    add_memories_on,
+    check_dimension,
+    check_usage,
+    delete_expired,
+    store_settings,
+)
 
 # An import's entry replaces the one under its id when anything differs: a second import changes nothing.
 _REPLACE_CHANGED = (
@@ -39,10 +47,13 @@ _REPLACE_CHANGED = (
 
 
 class MemoryLifecycle:
-    def __init__(self, store: PostgresMemoryStore, versions_kept: int = 100) -> None:
+    def __init__(self, store: PostgresMemoryStore) -> None:
         self._store = store
-        # An entry's history: its newest versions, this many; an older one goes as a new one comes.
-        self._versions_kept = versions_kept
+
+    def _versions_kept(self, namespace: str) -> int:
+        """An entry's history: its newest versions, this many (the namespace's quota); an older one goes
+        as a new one comes."""
+        return self._store.quota(namespace).versions_per_entry or DEFAULT_QUOTA.versions_per_entry or 1
 
     async def update_memory(
         self,
@@ -98,7 +109,7 @@ class MemoryLifecycle:
             assert stamped is not None  # locked above
             await conn.execute(
                 f"DELETE FROM {SCHEMA}.memory_versions WHERE namespace = %s AND id = %s AND version <= %s",
-                (namespace, memory_id, current.version - self._versions_kept),
+                (namespace, memory_id, current.version - self._versions_kept(namespace)),
             )
             assignments = ["version = version + 1", "update_time = %(changed)s"]
             values: dict[str, Any] = {"namespace": namespace, "id": memory_id, "changed": stamped["replace_time"]}
@@ -120,6 +131,7 @@ class MemoryLifecycle:
             )
             updated = await cursor.fetchone()
             assert updated is not None  # locked above
+            await check_usage(conn, namespace, self._store.quota(namespace), 0)
             return self._store.record(updated), False
 
     async def _add_for_update(
@@ -137,6 +149,7 @@ class MemoryLifecycle:
         row = await cursor.fetchone()
         if row is None:
             raise AlreadyExists("memory", memory_id, f"memory.id: {memory_id!r} is taken")
+        await check_usage(conn, namespace, self._store.quota(namespace), 1)
         return self._store.record(row)
 
     async def list_versions(
@@ -266,6 +279,7 @@ class MemoryLifecycle:
                 )
                 for row in await cursor.fetchall():
                     counts["added" if row["added"] else "replaced"] += 1
+                await check_usage(conn, namespace, self._store.quota(namespace), counts["added"])
             counts["unchanged"] = len(memories) - counts["added"] - counts["replaced"]
         for record in stores:
             if record.name in created:

@@ -259,13 +259,26 @@ def insert_entries(on_conflict: str, returning: str, keep_times: bool = False) -
 def stored_as_given() -> str:
     """Each entry stored under the ids of `entry_params`, and whether it holds what was given there (the
     same store, content, metadata and scope), compared by Postgres as it keeps them: metadata compares
-    as JSON numbers do, whatever a float read back looks like."""
+    as JSON numbers do, whatever a float read back looks like. It reads only the parameters it
+    compares (`entry_params`' vectors are not sent again)."""
+    given = (
+        "%(ids)s::text[], %(stores)s::text[], %(contents)s::text[], %(metadata)s::jsonb[], %(user_ids)s::text[],"
+        " %(agent_ids)s::text[], %(session_ids)s::text[]"
+    )
     return (
-        f"WITH given AS (SELECT * FROM unnest({_ENTRY_ARRAYS}) AS g({_ENTRY_COLUMNS}))"
-        f" SELECT {_M_COLUMNS.as_string(None)}, (m.store, m.content, m.metadata, m.user_id, m.agent_id,"
-        " m.session_id) = (g.store, g.content, g.metadata, g.user_id, g.agent_id, g.session_id) AS same"
+        f"WITH given AS (SELECT * FROM unnest({given}) AS g(id, store, content, metadata, user_id, agent_id,"
+        f" session_id)) SELECT {_M_COLUMNS.as_string(None)}, (m.store, m.content, m.metadata, m.user_id,"
+        " m.agent_id, m.session_id) = (g.store, g.content, g.metadata, g.user_id, g.agent_id, g.session_id) AS same"
         f" FROM given g JOIN {SCHEMA}.memories m ON m.namespace = %(namespace)s AND m.id = g.id"
     )
+
+
+def compared(params: dict[str, Any]) -> dict[str, Any]:
+    """Of `entry_params`' parameters, those `stored_as_given` reads."""
+    return {name: params[name] for name in _COMPARED}
+
+
+_COMPARED = ("namespace", "ids", "stores", "contents", "metadata", "user_ids", "agent_ids", "session_ids")
 
 
 def entry_params(

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
+from ..access.quotas import DEFAULT_QUOTA, Quota, over_quota
 from ..engine.filters import Filter
 from ..engine.memory import SearchQuery
 from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
@@ -29,6 +30,7 @@ from .statements import (
     STORE_COLUMNS,
     anchored,
     candidates_statement,
+    compared,
     entries_where,
     entry_params,
     insert_entries,
@@ -51,6 +53,7 @@ class PostgresMemoryStore:
         new_dimension: Callable[[int], None] = lambda dimension: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         etag_key: bytes = b"",
+        quotas: Callable[[str], Quota] = lambda namespace: DEFAULT_QUOTA,
     ) -> None:
         self._database = database
         # Told each store's dimension as it is created, so its index gets built (`VectorIndexes.request`).
@@ -59,6 +62,8 @@ class PostgresMemoryStore:
         self._clock = clock
         # What entries' etags are keyed with (`statements.etag_of`): the service's, so every replica agrees.
         self._etag_key = etag_key or secrets.token_bytes(32)
+        # Each namespace's quota (`access/quotas.py`), checked in the transaction that would pass it.
+        self.quota = quotas
 
     def connection(self, namespace: str) -> NamespaceConnection:
         """A connection acting for `namespace`, in one transaction (`Database.connection`)."""
@@ -109,10 +114,15 @@ class PostgresMemoryStore:
         # One creation at a time per namespace, so two cannot both pass the cap.
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"stores of {namespace}",))
         cursor = await conn.execute(
-            f"SELECT array_agg(DISTINCT dimension) AS dimensions FROM {SCHEMA}.stores WHERE namespace = %s",
+            f"SELECT array_agg(DISTINCT dimension) AS dimensions, count(*) AS stores FROM {SCHEMA}.stores"
+            " WHERE namespace = %s",
             (namespace,),
         )
-        used = set((await cursor.fetchone() or {}).get("dimensions") or ())
+        held = await cursor.fetchone() or {}
+        used = set(held.get("dimensions") or ())
+        allowed = self.quota(namespace).stores
+        if allowed is not None and held.get("stores", 0) >= allowed:
+            raise over_quota("stores", namespace, held["stores"], 1, allowed, "stores")
         if dimension not in used and len(used) >= MAX_DIMENSIONS_PER_NAMESPACE:
             raise ResourceExhausted(
                 "DIMENSIONS_PER_NAMESPACE",
@@ -322,8 +332,9 @@ async def add_memories_on(
     params = entry_params(
         namespace, [(memory_id, store, memory) for memory_id, memory in zip(ids, memories, strict=True)], ttl
     )
-    await conn.execute(insert_entries("DO NOTHING", "1"), params)
-    cursor = await conn.execute(stored_as_given(), params)
+    cursor = await conn.execute(insert_entries("DO NOTHING", "1"), params)
+    await check_usage(conn, namespace, rows.quota(namespace), len(await cursor.fetchall()))
+    cursor = await conn.execute(stored_as_given(), compared(params))
     stored = {row["id"]: row for row in await cursor.fetchall()}
     for index, row_id in enumerate(ids):
         if not stored[row_id]["same"]:
@@ -333,6 +344,21 @@ async def add_memories_on(
                 f"memories[{index}].id: memory {row_id!r} already exists with different contents",
             )
     return [rows.record(stored[row_id]) for row_id in ids]
+
+
+async def check_usage(conn: Connection, namespace: str, quota: Quota, adding: int) -> None:
+    """After a write, in its transaction: refuse it (rolled back, nothing stored) when the namespace now
+    holds more entries, or bytes, than its quota allows. `adding`: the entries the write added."""
+    cursor = await conn.execute(
+        f"SELECT coalesce(sum(entries), 0) AS entries, coalesce(sum(bytes), 0) AS bytes FROM {SCHEMA}.tenant_usage"
+        " WHERE namespace = %s",
+        (namespace,),
+    )
+    held = await cursor.fetchone() or {"entries": 0, "bytes": 0}
+    if quota.entries is not None and held["entries"] > quota.entries:
+        raise over_quota("entries", namespace, int(held["entries"]) - adding, adding, quota.entries, "entries")
+    if quota.stored_bytes is not None and held["bytes"] > quota.stored_bytes:
+        raise over_quota("stored_bytes", namespace, int(held["bytes"]), 0, quota.stored_bytes, "stored bytes")
 
 
 async def delete_expired(conn: Connection, namespace: str, ids: Sequence[str], live_at: datetime) -> None:

@@ -22,8 +22,8 @@ _REQUEST_GRANTS = f"""
     -- Keys are checked by the key ring, on the owner's connection: requests never read them.
     REVOKE ALL ON {{owners}} FROM {{grantee}};
 """
-# What only the schema's owner reads: API keys, the service's secrets, the migrations applied.
-_OWNER_TABLES = ("api_keys", "service_secrets", "migrations")
+# What only the schema's owner reads: API keys, the service's secrets, the migrations applied, quotas.
+_OWNER_TABLES = ("api_keys", "service_secrets", "migrations", "tenant_quotas", "tenant_activity")
 
 
 async def bypasses_row_security(conn: psycopg.AsyncConnection) -> bool:

@@ -22,5 +22,5 @@ NAMESPACE_SETTING = "contextfold.namespace"
 # entries, and nothing else.
 PURGE_SETTING = "contextfold.purge"
 
-# The tables that hold tenants' rows, each under row-level security (migrations 4 and 11).
-TENANT_TABLES = ("stores", "memories", "providers", "memory_versions", "remembered_turns")
+# The tables that hold tenants' rows, each under row-level security (migrations 4, 11 and 14).
+TENANT_TABLES = ("stores", "memories", "providers", "memory_versions", "remembered_turns", "tenant_usage")

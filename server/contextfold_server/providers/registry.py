@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..access.quotas import DEFAULT_QUOTA, Quota, over_quota
 from ..access.sealing import Sealer
 from ..engine.injection import ProviderSpec
 from ..engine.trigger import Trigger
@@ -80,9 +81,12 @@ class ProviderRecord:
 
 
 class ProviderRepository:
-    def __init__(self, database: Database, sealer: Sealer) -> None:
+    def __init__(
+        self, database: Database, sealer: Sealer, quotas: Callable[[str], Quota] = lambda namespace: DEFAULT_QUOTA
+    ) -> None:
         self._database = database
         self._sealer = sealer
+        self._quotas = quotas
 
     def _stored(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The columns for `fields`: secrets sealed, the trigger by its value."""
@@ -97,7 +101,18 @@ class ProviderRepository:
         return ProviderRecord.from_row(row, self._sealer)
 
     async def register(self, namespace: str, fields: dict[str, Any]) -> ProviderRecord:
+        """A new registration, within the namespace's quota of providers (one registration at a time
+        per namespace, so two cannot both pass it)."""
         async with self._database.connection(namespace) as conn:
+            allowed = self._quotas(namespace).providers
+            if allowed is not None:
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"providers of {namespace}",))
+                cursor = await conn.execute(
+                    f"SELECT count(*) AS n FROM {SCHEMA}.providers WHERE namespace = %s", (namespace,)
+                )
+                held = int((await cursor.fetchone() or {"n": 0})["n"])
+                if held >= allowed:
+                    raise over_quota("providers", namespace, held, 1, allowed, "providers")
             stored = {**self._stored(fields), "namespace": namespace}
             columns = ", ".join(stored)
             values = ", ".join(f"%({column})s" for column in stored)

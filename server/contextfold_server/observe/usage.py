@@ -1,0 +1,65 @@
+"""Usage per tenant: what each namespace did, counted in each worker and added to the database.
+
+Calls by method, texts the model embedded for it, tokens injected into its conversations: counted
+in memory as they happen (no label per tenant on the metrics, whose series would grow with the
+tenants), and added every `interval` seconds, and at the worker's stop, to `tenant_activity` on
+the owner's connection, where `contextfold tenants show` reads them. A flush that fails keeps its
+counts for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+import psycopg
+
+from ..postgres.schema import SCHEMA
+
+logger = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 10.0
+
+
+class UsageCounters:
+    def __init__(self, conninfo: str, interval: float = FLUSH_SECONDS) -> None:
+        self._conninfo = conninfo
+        self._interval = interval
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._task: asyncio.Task[None] | None = None
+
+    def count(self, namespace: str, kind: str, amount: int = 1) -> None:
+        if amount:
+            self._counts[(namespace, kind)] += amount
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._flushing(), name="usage")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.flush()
+
+    async def _flushing(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Add what was counted since the last flush; on failure, keep it for the next."""
+        counts, self._counts = self._counts, Counter()
+        if not counts:
+            return
+        try:
+            async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+                await conn.execute(
+                    f"INSERT INTO {SCHEMA}.tenant_activity AS a (namespace, kind, count)"
+                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[])"
+                    " ON CONFLICT (namespace, kind) DO UPDATE SET count = a.count + excluded.count",
+                    ([n for n, _ in counts], [k for _, k in counts], list(counts.values())),
+                )
+        except (psycopg.Error, OSError) as error:
+            self._counts.update(counts)
+            logger.warning("reason=<%s> | usage not recorded | kept for the next flush", error)

@@ -1,0 +1,46 @@
+"""What the operator's commands (`contextfold keys`, `contextfold tenants`) share: they act directly on
+the service's Postgres (`--database-url`, or the embedded Postgres in `--data-dir`, the running
+server's or, with none running, one of the command's own), migrated first, so they work before any
+key exists. Servers hear of every change within moments (NOTIFY)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from .postgres.embedded import DataDirInUse, EmbeddedPostgres, default_data_dir, running_url
+from .postgres.migrations import migrate
+
+
+def add_database_options(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--database-url", default=env("CONTEXTFOLD_DATABASE_URL", ""))
+    parser.add_argument("--data-dir", type=Path, default=Path(env("CONTEXTFOLD_DATA_DIR", str(default_data_dir()))))
+
+
+def run_on_database(args: argparse.Namespace, run: Callable[[str], Awaitable[int]]) -> int:
+    """`run(url)` on the database the options name, migrated first; its exit code."""
+
+    async def migrated(url: str) -> int:
+        await migrate(url)
+        return await run(url)
+
+    if args.database_url:
+        return asyncio.run(migrated(args.database_url))
+    # The embedded Postgres: the running server's, or with none running, one of the command's own
+    # (started on this thread, which outlives it: Postgres is told to stop when that thread ends).
+    joined = running_url(args.data_dir)
+    if joined is not None:
+        return asyncio.run(migrated(joined))
+    embedded = EmbeddedPostgres(args.data_dir)
+    try:
+        return asyncio.run(migrated(embedded.start()))
+    except DataDirInUse as error:
+        print(f"error: {error}, which is starting or stopping: try again in a moment", file=sys.stderr)
+        return 1
+    finally:
+        embedded.stop()
