@@ -149,9 +149,11 @@ def test_an_export_nobody_reads_is_ended(shared: ServerProcess, tenants: tuple[s
         store = unique("big")
         cf.create_store(store, dimension=256)
         big = "x" * 16_000
-        for batch in range(4):
+        # 27 MB to export: more than the connection's windows and the sockets' buffers hold unread.
+        for batch in range(8):
             cf.add_memories(store, [{"content": f"{big} {batch}-{n}", "vector": [1.0] * 256} for n in range(200)])
-    with grpc.insecure_channel(shared.address) as channel:
+    # A reader that does not read: its window stays at its first 64 KB (no probing for a larger one).
+    with grpc.insecure_channel(shared.address, options=[("grpc.http2.bdp_probe", 0)]) as channel:
         stream = memory_pb2_grpc.MemoryServiceStub(channel).ExportMemories(
             memory_pb2.ExportMemoriesRequest(stores=[store]), metadata=(("authorization", f"Bearer {flooding}"),)
         )
