@@ -73,7 +73,10 @@ class IdleImports:
         metadata = (("authorization", f"Bearer {self._key}"),)
         self.calls += [self._stub.ImportMemories.future(self._nothing(), metadata=metadata) for _ in range(count)]
 
-    def close(self) -> None:
+    def __enter__(self) -> IdleImports:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self._release.set()
         self._channel.close()
 
@@ -82,8 +85,7 @@ def test_a_tenant_at_its_share_is_refused_with_the_limit_named_and_the_others_ar
     shared: ServerProcess, tenants: tuple[str, str]
 ) -> None:
     flooding, bystander = tenants
-    idle = IdleImports(shared.address, flooding)
-    try:
+    with IdleImports(shared.address, flooding) as idle:
         idle.open(SHARE)
         wait_for(lambda: sample(shared.scrape(), "contextfold_calls_in_flight") >= SHARE, 10, what="the streams")
         with Client(shared.address, api_key=flooding, timeout=10) as own, pytest.raises(ResourceExhausted) as refused:
@@ -106,8 +108,6 @@ def test_a_tenant_at_its_share_is_refused_with_the_limit_named_and_the_others_ar
             assert [entry.id for entry in result.report.entries] == ["n1"]
         metrics = shared.scrape()
         assert sample(metrics, "contextfold_calls_shed_total", limit="tenant") >= 2
-    finally:
-        idle.close()
 
 
 def _details(error: grpc.RpcError) -> list:
@@ -126,8 +126,7 @@ def test_a_stream_that_sends_nothing_is_ended_and_its_slot_freed(
     shared: ServerProcess, tenants: tuple[str, str]
 ) -> None:
     flooding, _ = tenants
-    idle = IdleImports(shared.address, flooding)
-    try:
+    with IdleImports(shared.address, flooding) as idle:
         started = time.monotonic()
         idle.open(SHARE)
         for call in idle.calls:
@@ -139,8 +138,6 @@ def test_a_stream_that_sends_nothing_is_ended_and_its_slot_freed(
         with Client(shared.address, api_key=flooding, timeout=10) as own:
             assert own.get_memory("n1").content == "The user drinks green tea"
         assert sample(shared.scrape(), "contextfold_streams_ended_idle_total") >= SHARE
-    finally:
-        idle.close()
 
 
 def test_an_export_nobody_reads_is_ended(shared: ServerProcess, tenants: tuple[str, str]) -> None:

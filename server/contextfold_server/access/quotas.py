@@ -76,10 +76,13 @@ DEFAULT_QUOTA = Quota(
 )
 
 
-def over_quota(limit: str, namespace: str, used: int, adding: int, allowed: int, what: str) -> ResourceExhausted:
+def over_quota(limit: str, namespace: str, used: int, adding: int | None, allowed: int, what: str) -> ResourceExhausted:
+    """The refusal of a write past the namespace's quota of `what`: it holds `used`, and the write would add
+    `adding` (None: what it holds counts the write already)."""
+    would = "" if adding is None else f", and this call would add {adding:,}"
     return ResourceExhausted(
         f"QUOTA_{limit.upper()}",
-        f"this namespace's quota of {what} is {allowed:,}: it holds {used:,}, and this call would add {adding:,}",
+        f"this namespace's quota of {what} is {allowed:,}: it holds {used:,}{would}",
         subject=f"namespace:{namespace}/{limit}",
     )
 
@@ -91,18 +94,19 @@ class QuotaBook:
         self._conninfo = conninfo
         self._defaults = defaults
         self._workers = max(1, workers)
+        # Each namespace's quota as the operator set it, merged with the defaults once, as it is read.
         self._set: dict[str, Quota] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         listener.subscribe(CHANNEL, changed=lambda _: self.reload(), reload=self.reload)
 
     def quota(self, namespace: str) -> Quota:
-        return self._set.get(namespace, Quota()).over(self._defaults)
+        return self._set.get(namespace, self._defaults)
 
     async def reload(self) -> None:
         async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, row_factory=dict_row) as conn:
             cursor = await conn.execute(f"SELECT namespace, {', '.join(LIMITS)} FROM {SCHEMA}.tenant_quotas")
             rows = await cursor.fetchall()
-        self._set = {row.pop("namespace"): Quota(**row) for row in rows}
+        self._set = {row.pop("namespace"): Quota(**row).over(self._defaults) for row in rows}
         self._buckets = {}
 
     def take(self, namespace: str, writes: bool) -> None:

@@ -53,4 +53,10 @@ def _xor(data: bytes, keystream: bytes) -> bytes:
 def derived_key(secret: bytes, label: str) -> bytes:
     """A key of its own for one use of the service's secret (`label`): what one use computes with it says
     nothing of another's."""
-    return hmac.new(secret, f"contextfold {label}: key".encode(), hashlib.sha256).digest()
+    return keyed_digest(secret, f"contextfold {label}: key")
+
+
+def keyed_digest(key: bytes, *parts: str) -> bytes:
+    """HMAC-SHA256 of `parts` (joined by NUL, which no part holds) under `key`: a hash of values that only
+    the key's holder can compute, so nobody can test a guess of the values against it."""
+    return hmac.new(key, "\x00".join(parts).encode(), hashlib.sha256).digest()

@@ -46,24 +46,24 @@ class _Budget:
         self.values = 0
 
 
-def _node(message: memory_pb2.Filter, field: str, depth: int, conditions: _Budget) -> Filter:
+def _node(message: memory_pb2.Filter, field: str, depth: int, budget: _Budget) -> Filter:
     if depth > MAX_FILTER_DEPTH:
         raise InvalidArgument.of(field, f"nests more than {MAX_FILTER_DEPTH} levels of filters")
     kind = message.WhichOneof("kind")
     if kind is None:
         raise InvalidArgument.of(field, "sets no kind: one of field, all, any or not")
     if kind == "field":
-        conditions.conditions += 1
-        if conditions.conditions > MAX_FILTER_CONDITIONS:
+        budget.conditions += 1
+        if budget.conditions > MAX_FILTER_CONDITIONS:
             raise InvalidArgument.of(field, f"is past the limit of {MAX_FILTER_CONDITIONS} conditions in a filter")
-        return _field_test(message.field, f"{field}.field", conditions)
+        return _field_test(message.field, f"{field}.field", budget)
     if kind == "not":
-        return Not(_node(getattr(message, "not"), f"{field}.not", depth + 1, conditions))
+        return Not(_node(getattr(message, "not"), f"{field}.not", depth + 1, budget))
     filters = getattr(message, kind).filters
     if not filters:
         raise InvalidArgument.of(f"{field}.{kind}.filters", "must hold at least one filter")
     children = tuple(
-        _node(child, f"{field}.{kind}.filters[{index}]", depth + 1, conditions) for index, child in enumerate(filters)
+        _node(child, f"{field}.{kind}.filters[{index}]", depth + 1, budget) for index, child in enumerate(filters)
     )
     return AllOf(children) if kind == "all" else AnyOf(children)
 

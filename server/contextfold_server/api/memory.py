@@ -100,18 +100,20 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return memory_pb2.AddMemoriesResponse(memories=[memory_to_proto(r) for r in records])
 
     async def _own_ids(self, memories: list[NewMemory]) -> list[NewMemory]:
-        """The entries with the ids they are added under: for a key bound to a scope, an id no entry within
-        it holds is made the scope's own (`ScopedIds`), so no answer tells it of another user's ids."""
+        """The entries with the ids they are added under (`_new_ids`)."""
+        named = await self._new_ids([memory.id for memory in memories if memory.id])
+        return [replace(memory, id=named[memory.id]) if memory.id else memory for memory in memories]
+
+    async def _new_ids(self, ids: list[str]) -> dict[str, str]:
+        """The id each of `ids` names a new entry by: itself, unless the caller's key is bound to a scope and
+        no entry within it holds the id: then the scope's own (`ScopedIds`), so no answer tells the key of
+        another user's ids."""
         call = CALL.get()
         bound = key_scope(call.caller)
-        chosen = [memory.id for memory in memories if memory.id]
-        if not bound.fields() or not chosen:
-            return memories
-        held = await self._store.held_within(call.namespace, chosen, bound)
-        return [
-            replace(memory, id=self._ids.own(bound, memory.id)) if memory.id and memory.id not in held else memory
-            for memory in memories
-        ]
+        if not bound.fields() or not ids:
+            return {memory_id: memory_id for memory_id in ids}
+        held = await self._store.held_within(call.namespace, ids, bound)
+        return {memory_id: memory_id if memory_id in held else self._ids.own(bound, memory_id) for memory_id in ids}
 
     async def _with_vectors(
         self, memories: list[NewMemory], dimension: int | dict[int, int], field: str = "memories"
@@ -183,15 +185,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.UpdateMemoryResponse:
         call = CALL.get()
         update = parse_update_memory(request, call.caller)
-        target = update.id
-        bound = key_scope(call.caller)
-        if (
-            update.allow_missing
-            and bound.fields()
-            and not await self._store.held_within(call.namespace, [target], bound)
-        ):
-            # An upsert of an id no entry within the key's scope holds adds (or updates) the scope's own.
-            target = self._ids.own(bound, update.id)
+        # An upsert may add the entry: under the id it names a new entry by.
+        target = (await self._new_ids([update.id]))[update.id] if update.allow_missing else update.id
         change = update.change
         if update.needs_embedding:
             (vector,) = await self._embedder.embed([change.content], tenant=call.namespace)

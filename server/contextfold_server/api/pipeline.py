@@ -130,8 +130,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
 
             async def serve(data: bytes, context: grpc.aio.ServicerContext) -> bytes | None:
                 async with self._call(method, context) as outcome:
-                    # A call that set no deadline gets the server's longest: none runs unbounded.
-                    longest = self._limits.max_call_seconds if context.time_remaining() is None else None
+                    longest = self._longest(method, context)
                     bounded = asyncio.timeout(longest)
                     try:
                         async with bounded:
@@ -222,9 +221,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 self._metrics.in_flight.inc()
                 self._usage.count(caller.namespace, "calls:" + method.rsplit("/", 1)[-1])
                 time_left = context.time_remaining()
-                if time_left is None and method not in STREAMING_METHODS:
-                    time_left = self._limits.max_call_seconds
-                call = Call(caller, request_id, deadline_for(time_left))
+                call = Call(caller, request_id, deadline_for(self._longest(method, context) or time_left))
                 position.deadline = call.deadline
                 call_token = CALL.set(call)
                 position_token = CALL_POSITION.set(position)
@@ -270,6 +267,13 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     trace_id=format(span.get_span_context().trace_id, "032x"),
                     **outcome,
                 )
+
+    def _longest(self, method: str, context: grpc.aio.ServicerContext) -> float | None:
+        """The server's longest time for a call that set no deadline: none runs unbounded. None for a call
+        with a deadline of its caller's, and for a stream (ended when it stops moving: `_within`)."""
+        if context.time_remaining() is not None or method in STREAMING_METHODS:
+            return None
+        return self._limits.max_call_seconds
 
     async def _within(self, seconds: float, moving: Awaitable[Any], what: str) -> Any:
         """What `moving` gives (a stream's next request, or a written answer), or StreamIdle when

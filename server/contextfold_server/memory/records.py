@@ -7,13 +7,13 @@ These are the records the adapters return and the servicers render; they know no
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from ..access.sealing import keyed_digest
 
 _MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
@@ -155,7 +155,7 @@ class ScopedIds:
         self._key = key
 
     def own(self, scope: Scope, memory_id: str) -> str:
-        digest = hmac.new(self._key, f"{scope.user_id}\x00{scope.agent_id}\x00{memory_id}".encode(), hashlib.sha256)
-        tag = base64.b32encode(digest.digest()[:10]).decode().lower()
+        digest = keyed_digest(self._key, scope.user_id, scope.agent_id, memory_id)
+        tag = base64.b32encode(digest[:10]).decode().lower()
         # Within the 128 characters an id may have: the given id, cut if it must be, then the tag.
         return f"{memory_id[: 128 - len(tag) - 1]}~{tag}"

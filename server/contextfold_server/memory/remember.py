@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..access.sealing import derived_key
+from ..access.sealing import derived_key, keyed_digest
 from ..embedding.batching import BatchingEmbedder
 from ..engine.memory import SearchQuery
 from ..engine.remember import SpokenTurn
@@ -132,7 +131,7 @@ class Rememberer:
         return outcome
 
     def _key(self, turn: SpokenTurn) -> str:
-        return hmac.new(self._turn_key, turn.identity.encode(), hashlib.sha256).hexdigest()[:32]
+        return keyed_digest(self._turn_key, turn.identity).hex()[:32]
 
     async def _extract(
         self, namespace: str, store: str, scope: Scope, turns: Sequence[SpokenTurn]

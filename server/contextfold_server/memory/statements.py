@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
-import hmac
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -19,6 +17,7 @@ import numpy as np
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..access.sealing import keyed_digest
 from ..engine.filters import Filter
 from ..postgres.schema import SCHEMA
 from .filters import anchor, compile_filter
@@ -46,7 +45,7 @@ def etag_of(etag_key: bytes, memory_id: str, seq: int, version: int) -> str:
     """An entry's etag: a keyed hash of its id, its row (`seq`, new for an entry deleted and added again)
     and its version, so it changes with every update while telling nothing: `seq` counts every
     tenant's writes, and an etag must not publish it."""
-    digest = hmac.new(etag_key, f"{memory_id}\x00{seq}\x00{version}".encode(), hashlib.sha256).digest()
+    digest = keyed_digest(etag_key, memory_id, str(seq), str(version))
     return base64.urlsafe_b64encode(digest[:16]).decode().rstrip("=")
 
 

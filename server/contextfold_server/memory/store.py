@@ -358,7 +358,7 @@ async def check_usage(conn: Connection, namespace: str, quota: Quota, adding: in
     if quota.entries is not None and held["entries"] > quota.entries:
         raise over_quota("entries", namespace, int(held["entries"]) - adding, adding, quota.entries, "entries")
     if quota.stored_bytes is not None and held["bytes"] > quota.stored_bytes:
-        raise over_quota("stored_bytes", namespace, int(held["bytes"]), 0, quota.stored_bytes, "stored bytes")
+        raise over_quota("stored_bytes", namespace, int(held["bytes"]), None, quota.stored_bytes, "stored bytes")
 
 
 async def delete_expired(conn: Connection, namespace: str, ids: Sequence[str], live_at: datetime) -> None:

@@ -50,7 +50,7 @@ class Database:
         self.conninfo = conninfo
         self._pool = pool
         self._limits = limits
-        self._turns = _TenantTurns(limits.per_tenant or pool.max_size, timeout=pool.timeout)
+        self._turns = _TenantTurns(limits.per_tenant, timeout=pool.timeout)
         self._checking: asyncio.Task[None] | None = None
         # With read replicas (set by `Databases.open`): each transaction's commit notes its WAL
         # position on the call's `CallPosition`, so the caller can read its writes from a replica.
@@ -246,26 +246,37 @@ class _NoTurn(TimeoutError):
 
 class _TenantTurns:
     """Each namespace's share of the pool: at most `per_tenant` of its connections at once, waited for
-    as long as the pool itself is (then UNAVAILABLE, `TENANT_CONNECTIONS`)."""
+    as long as the pool itself is (then UNAVAILABLE, `TENANT_CONNECTIONS`); None: no share, no wait."""
 
-    def __init__(self, per_tenant: int, timeout: float) -> None:
+    def __init__(self, per_tenant: int | None, timeout: float) -> None:
         self._per_tenant = per_tenant
         self._timeout = timeout
-        self._held: dict[str, asyncio.Semaphore] = {}
+        # Each namespace that holds or awaits a turn: its share, and how many hold or await one.
+        self._shares: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    def turn(self, namespace: str) -> AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext() if self._per_tenant is None else self._turn(namespace, self._per_tenant)
 
     @contextlib.asynccontextmanager
-    async def turn(self, namespace: str) -> AsyncIterator[None]:
-        share = self._held.setdefault(namespace, asyncio.Semaphore(self._per_tenant))
+    async def _turn(self, namespace: str, per_tenant: int) -> AsyncIterator[None]:
+        share, users = self._shares.get(namespace) or (asyncio.Semaphore(per_tenant), 0)
+        self._shares[namespace] = (share, users + 1)
         try:
-            async with asyncio.timeout(self._timeout):
-                await share.acquire()
-        except TimeoutError:
-            raise _NoTurn(
-                f"this namespace holds {self._per_tenant} of the database's connections, its share: retry"
-            ) from None
-        try:
-            yield
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await share.acquire()
+            except TimeoutError:
+                raise _NoTurn(
+                    f"this namespace holds {per_tenant} of the database's connections, its share: retry"
+                ) from None
+            try:
+                yield
+            finally:
+                share.release()
         finally:
-            share.release()
-            if share._value == self._per_tenant and namespace in self._held:
-                del self._held[namespace]
+            # Forgotten once no one holds or awaits it: a namespace idle costs nothing.
+            share, users = self._shares[namespace]
+            if users == 1:
+                del self._shares[namespace]
+            else:
+                self._shares[namespace] = (share, users - 1)
