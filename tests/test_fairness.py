@@ -16,12 +16,13 @@ from grpc_status import rpc_status
 
 from harness.messages import unique, user
 from harness.polling import wait_for
-from harness.servers import Postgres, ServerProcess, provider_fixtures, sample, start_server
+from harness.servers import Postgres, ServerProcess, health_status, provider_fixtures, sample, start_server
 
 from .test_tenancy import keys, works
 
 SHARE = 3
 IDLE = 3.0
+USAGE = "contextfold_tenant_usage_total"
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +263,65 @@ def test_an_entry_keeps_its_newest_versions_only(tmp_path) -> None:
             assert cf.get_memory(entry.id).content == "version 7"
     finally:
         assert server.stop() == 0, server.log()
+
+
+@pytest.fixture(scope="module")
+def narrow(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One worker taking 4 calls at a time, which one tenant may take whole; usage labelled for one tenant."""
+    process = start_server(
+        tmp_path_factory.mktemp("narrow") / "server.log",
+        "--database-url", postgres.url, "--auth", "keys",
+        "--max-in-flight", "4", "--max-in-flight-per-tenant", "4", "--stream-idle-seconds", "30",
+        "--metrics-tenants", "flooding",
+        workers=1,
+    )  # fmt: skip
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def test_health_says_not_serving_while_no_worker_can_admit_and_serving_once_one_can(
+    narrow: ServerProcess, tenants: tuple[str, str]
+) -> None:
+    flooding, bystander = tenants
+    with IdleImports(narrow.address, flooding) as idle:
+        idle.open(4)
+        wait_for(lambda: sample(narrow.scrape(), "contextfold_calls_in_flight") >= 4, 10, what="the streams")
+        assert health_status(narrow.address) == "SERVING", "full, but no call refused yet"
+        other = Client(narrow.address, api_key=bystander, timeout=10)
+        with other, pytest.raises(ResourceExhausted) as refused:
+            other.get_memory("n1")
+        assert refused.value.reason == "TOO_MANY_CALLS_IN_FLIGHT"
+        wait_for(lambda: health_status(narrow.address) == "NOT_SERVING", 5, what="health to say the worker is full")
+        assert sample(narrow.scrape(), "contextfold_worker_full", worker="0") == 1
+        assert "every worker is full" in narrow.log()
+    # The streams end with the block: the worker admits again, and says so.
+    wait_for(lambda: health_status(narrow.address) == "SERVING", 10, what="health to say SERVING again")
+    assert sample(narrow.scrape(), "contextfold_worker_full", worker="0") == 0
+    with Client(narrow.address, api_key=bystander, timeout=10) as other:
+        assert other.get_memory("n1").content == "The user drinks green tea"
+
+
+def counted(metrics: str, tenant: str) -> float:
+    """The tenant's GetMemory calls in the usage metric: 0 before its first."""
+    try:
+        return sample(metrics, USAGE, tenant=tenant, kind="calls:GetMemory")
+    except AssertionError:
+        return 0.0
+
+
+def test_usage_metrics_name_only_the_tenants_the_operator_allows(
+    narrow: ServerProcess, tenants: tuple[str, str]
+) -> None:
+    flooding, bystander = tenants
+    before = narrow.scrape()
+    for key in (flooding, bystander, bystander):
+        with Client(narrow.address, api_key=key, timeout=10) as cf:
+            cf.get_memory("n1")
+    metrics = narrow.scrape()
+
+    def grew(tenant: str) -> float:
+        return counted(metrics, tenant) - counted(before, tenant)
+
+    assert grew("flooding") == 1
+    assert grew("other") == 2, "the tenants not named are summed"
+    assert 'tenant="bystander"' not in metrics

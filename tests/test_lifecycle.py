@@ -550,7 +550,7 @@ def test_a_filtered_search_that_finds_too_few_through_the_vector_index_reads_exa
         try:
             for name in ("a", "b"):
                 await store.create_store(namespace, name, "", 8)
-            await indexes.built(8)
+            await indexes.built(namespace, 8)
             entries = [NewMemory(f"e{n}", tuple(vectors[n]), f"e{n}", {"seventh": seventh[n]}) for n in range(300)]
             await store.add_memories(namespace, "a", entries[:200])
             await store.add_memories(namespace, "b", entries[200:])

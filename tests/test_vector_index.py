@@ -18,7 +18,7 @@ from contextfold_server.memory.statements import SEARCH_SETTINGS
 from contextfold_server.memory.store import PostgresMemoryStore
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.pool import Database
-from contextfold_server.postgres.vector_index import VectorIndexes
+from contextfold_server.postgres.vector_index import VectorIndexes, index_name
 
 from harness.polling import wait_for
 from harness.servers import Postgres
@@ -26,6 +26,7 @@ from harness.servers import Postgres
 DIMENSION = 8
 ENTRIES = 4000
 NEEDLE_EVERY = 50  # one entry in 50 belongs to the scoped user: a 2% filter
+OWN_INDEX = index_name("default", DIMENSION)
 
 
 def exact_top(vectors: np.ndarray, query: np.ndarray, limit: int) -> list[int]:
@@ -64,7 +65,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(fresh_postgr
             conn.execute("ALTER DATABASE postgres SET enable_seqscan = off")
         database = await Database.open(fresh_postgres.url, session_settings=SEARCH_SETTINGS)
         indexes = VectorIndexes(fresh_postgres.url)
-        store = PostgresMemoryStore(database, indexes.request)
+        store = PostgresMemoryStore(database, indexes.grew)
         try:
             await store.create_store("default", "vectors", "", DIMENSION)
             # Built in the background, concurrently, while the entries go in.
@@ -81,7 +82,7 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(fresh_postgr
                     for i in range(ENTRIES)
                 ],
             )
-            await indexes.built(DIMENSION)
+            await indexes.built("default", DIMENSION)
             # As autovacuum would after a bulk load: the planner needs to know the table's size.
             with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
                 conn.execute("ANALYZE contextfold.memories")
@@ -95,12 +96,12 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(fresh_postgr
         finally:
             await indexes.close()
             await database.close()
-        return found, index_scans(fresh_postgres.url, f"memories_hnsw_{DIMENSION}", "memories_by_user_id")
+        return found, index_scans(fresh_postgres.url, OWN_INDEX, "memories_by_user_id")
 
     found, scans = asyncio.run(run())
 
     assert scans["memories_by_user_id"] >= len(queries), "the narrow scope was searched exactly, from its index"
-    assert scans[f"memories_hnsw_{DIMENSION}"] >= len(queries), "the broad scope went through the HNSW index"
+    assert scans[OWN_INDEX] >= len(queries), "the broad scope went through the HNSW index"
     hay = [i for i in range(ENTRIES) if i not in needles]
     for user, members, least in (("needle", needles, 1.0), ("hay", hay, 0.95)):
         recalls = []

@@ -20,6 +20,7 @@ from .engine.ranking import DEFAULT_RANKING, Ranking
 from .memory.reranker import RERANKER_APIS
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
+from .postgres.vector_index import OWN_INDEX_ENTRIES
 from .providers.egress import DEFAULT_ALLOWED
 
 
@@ -48,6 +49,8 @@ class Config:
     # A tenant's share of `max_in_flight` (calls in flight at once, per worker), and the longest a unary call
     # that set no deadline runs, and a stream that moves nothing lasts.
     max_in_flight_per_tenant: int
+    # Namespaces whose usage the metrics label by name (`*`: every one); the others are summed as "other".
+    metrics_tenants: frozenset[str]
     max_call_seconds: float
     stream_idle_seconds: float
     # The longest one statement of a call runs, and the database connections (of a worker's pool) one
@@ -87,6 +90,7 @@ class Config:
     # How often expired entries are purged, and how many versions of an entry are kept.
     purge_interval_seconds: float
     versions_per_entry: int
+    own_index_entries: int
 
 
 class _Options:
@@ -187,6 +191,20 @@ def parse_config(argv: list[str] | None = None) -> Config:
         int,
         100,
         help="versions of an entry kept (what its updates replaced): the newest; an older one goes as one comes",
+    )
+    option(
+        "--own-index-entries",
+        int,
+        OWN_INDEX_ENTRIES,
+        help="a namespace's entries of one dimension get a vector index of their own from this many;"
+        " below it, its searches weigh every entry",
+    )
+    option(
+        "--metrics-tenants",
+        str,
+        "",
+        help="namespaces whose usage the metrics label by name, comma-separated ('*': every one, when the"
+        ' tenants are few); the others\' is summed under tenant="other" (`contextfold tenants show` has each)',
     )
     option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
     option("--sandbox-workers", int, 2, help="processes that run callers' expressions and templates")
@@ -321,6 +339,9 @@ def parse_config(argv: list[str] | None = None) -> Config:
         # An open service has one namespace: its share is the whole.
         max_in_flight_per_tenant=args.max_in_flight_per_tenant
         or (args.max_in_flight if args.auth == "none" else max(1, args.max_in_flight // 4)),
+        # Open, the service has one namespace: it is labelled.
+        metrics_tenants=frozenset(name.strip() for name in args.metrics_tenants.split(",") if name.strip())
+        or frozenset({"*"} if args.auth == "none" else ()),
         max_call_seconds=max(0.1, args.max_call_seconds),
         stream_idle_seconds=max(0.1, args.stream_idle_seconds),
         statement_timeout_seconds=max(0.01, args.statement_timeout_seconds),
@@ -350,6 +371,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         extractor_api_key=os.environ.get("CONTEXTFOLD_EXTRACTOR_API_KEY", ""),
         purge_interval_seconds=max(0.05, args.purge_interval_seconds),
         versions_per_entry=max(1, args.versions_per_entry),
+        own_index_entries=max(1, args.own_index_entries),
     )
 
 

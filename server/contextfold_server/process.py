@@ -45,7 +45,7 @@ from .observe.tracing import start_tracing, stop_tracing
 from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
-from .reports import AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
+from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
 from .wiring import Services, Shared, build, grpc_server
 
 logger = logging.getLogger("contextfold")
@@ -66,7 +66,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         loop.add_signal_handler(signum, stopping.set)
 
     start_tracing()
-    metrics = Metrics(worker)
+    metrics = Metrics(worker, config.metrics_tenants)
     lag = LoopLagMonitor(metrics.loop_lag.observe)
     lag.start()
     listener = ChangeListener(shared.owner_url, config.cache_reload_seconds)
@@ -77,7 +77,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     admission = Admission(config.max_in_flight, config.max_in_flight_per_tenant)
     # Quotas are read on the owner's connection too, and kept current as keys are.
     quotas = QuotaBook(shared.owner_url, listener, default_quota(config), config.workers)
-    usage = UsageCounters(shared.owner_url)
+    usage = UsageCounters(shared.owner_url, observe=metrics.count_usage)
     limits = CallLimits(config.max_call_seconds, config.stream_idle_seconds)
     pipeline = CallPipeline(metrics, admission, quotas, usage, keys, readiness, lag, limits)
     server = grpc_server(config, pipeline, shared.port)
@@ -110,7 +110,9 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
             databases.extend(services.databases)
             await readiness.serving()
             reports.send(Serving(services.embedder.name, services.embedder.dimension))
+            telling = asyncio.create_task(_tell_admission(admission, reports, metrics))
             await stop_requested
+            telling.cancel()
         else:
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
@@ -153,6 +155,24 @@ class _Pending:
                 yield response
 
         return stream
+
+
+# How often a worker looks whether it admits calls: a worker full for less than this is not reported.
+ADMISSION_CHECK_SECONDS = 0.5
+
+
+async def _tell_admission(admission: Admission, reports: Connection, metrics: Metrics) -> None:
+    """Tell the supervisor whenever the worker stops admitting calls (it refused some at its limit since
+    the last look, every `ADMISSION_CHECK_SECONDS`) and when it admits them again (a look finds it not
+    full)."""
+    admitting = True
+    while True:
+        await asyncio.sleep(ADMISSION_CHECK_SECONDS)
+        now = admission.admitting(admitting)
+        if now != admitting:
+            admitting = now
+            metrics.full.set(0 if admitting else 1)
+            reports.send(Admitting(admitting))
 
 
 def _hear_the_supervisor(

@@ -1,8 +1,9 @@
 """What a worker and its supervisor tell each other over the pipe between them, as typed messages.
 
-A worker reports `Listening` (its port is open; NOT_SERVING yet) and `Serving` (its dependencies
-are ready). The supervisor tells every worker `AllServing` (whether they all serve, which health
-speaks for), `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
+A worker reports `Listening` (its port is open; NOT_SERVING yet), `Serving` (its dependencies
+are ready) and `Admitting` (whether it admits calls, or is full and refusing them). The supervisor
+tells every worker `AllServing` (whether every worker serves and one at least admits calls, which
+health speaks for), `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
 now, rather than each failing a call first) and `OwnPorts` (every port the server listens on, which
 no provider may be). The pipe pickles them; both ends import them from here.
 """
@@ -25,6 +26,11 @@ class Serving:
 
 
 @dataclass(frozen=True)
+class Admitting:
+    admitting: bool
+
+
+@dataclass(frozen=True)
 class AllServing:
     all_serving: bool
 
@@ -40,5 +46,5 @@ class OwnPorts:
     ports: tuple[int, ...]
 
 
-WorkerReport = Listening | Serving
+WorkerReport = Listening | Serving | Admitting
 SupervisorWord = AllServing | DatabaseRestarted | OwnPorts

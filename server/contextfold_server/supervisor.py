@@ -37,7 +37,16 @@ from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
 from .postgres.embedded import DataDirInUse, EmbeddedPostgres
 from .process import run_worker
-from .reports import AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord, WorkerReport
+from .reports import (
+    Admitting,
+    AllServing,
+    DatabaseRestarted,
+    Listening,
+    OwnPorts,
+    Serving,
+    SupervisorWord,
+    WorkerReport,
+)
 from .wiring import Shared
 
 logger = logging.getLogger("contextfold")
@@ -57,6 +66,8 @@ class _Worker:
     admin_port: int | None = None
     serving: bool = False
     served: bool = False
+    # False while it is full and refusing calls (its `Admitting` reports).
+    admitting: bool = True
     # Whether its end of the pipe is still open (it closes as the worker exits).
     reporting: bool = True
 
@@ -104,9 +115,18 @@ class _Supervisor:
                     self.shared.port,
                     _transport(self.config),
                 )
+        elif isinstance(report, Admitting):
+            before = self.serving_now()
+            worker.admitting = report.admitting
+            if self.serving_now() != before:
+                if before:
+                    logger.warning("reason=<every worker is full, refusing calls> | NOT_SERVING until one admits")
+                else:
+                    logger.info("a worker admits calls again | SERVING")
+                self.tell_all_serving(self.serving_now())
         elif isinstance(report, Serving):
             worker.serving = worker.served = True
-            if all(other.serving for other in self.workers.values()) and len(self.workers) == self.config.workers:
+            if self.serving_now():
                 self.tell_all_serving(True)
                 logger.info(
                     "serving on %s:%d | workers=<%d> embedder=<%s> dimension=<%d>",
@@ -149,9 +169,18 @@ class _Supervisor:
             self.stop()
             return 1
         self.tell(DatabaseRestarted())
-        if self.workers and all(worker.serving for worker in self.workers.values()):
+        if self.workers and self.serving_now():
             self.tell_all_serving(True)
         return None
+
+    def serving_now(self) -> bool:
+        """What health says: every worker serves, and one at least admits calls (not every one is full)."""
+        workers = list(self.workers.values())
+        return (
+            len(workers) == self.config.workers
+            and all(worker.serving for worker in workers)
+            and any(worker.admitting for worker in workers)
+        )
 
     def tell_all_serving(self, all_serving: bool) -> None:
         """Tell every worker whether they all serve: each one's health says so."""

@@ -99,9 +99,9 @@ async def build(
     database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS, limits=limits)
     running.push_async_callback(database.close)
     metrics.watch_pool(database.stats)
-    indexes = VectorIndexes(shared.owner_url)
+    indexes = VectorIndexes(shared.owner_url, config.own_index_entries)
     running.push_async_callback(indexes.close)
-    await indexes.build_missing()
+    await indexes.start()
     # Reads on the read replicas, if any: the primary keeps every write and whatever must see one.
     reading = await Databases.open(
         database,
@@ -120,7 +120,7 @@ async def build(
     # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
     # keys derived from it, and entries' etags and Remember's turns keyed.
     secret = await service_secret(shared.owner_url, "page_tokens")
-    store = PostgresMemoryStore(reading, indexes.request, etag_key=derived_key(secret, "etags"), quotas=quotas.quota)
+    store = PostgresMemoryStore(reading, indexes.grew, etag_key=derived_key(secret, "etags"), quotas=quotas.quota)
     lifecycle = MemoryLifecycle(store)
     providers = ProviderRepository(database, Sealer(secret, "provider secrets"), quotas.quota)
     # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.

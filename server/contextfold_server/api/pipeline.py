@@ -216,7 +216,9 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     self._quotas.take(caller.namespace, writes=method not in READ_ONLY_METHODS)
                     self._admission.enter(caller.namespace)
                 except ResourceExhausted as shed:
-                    self._metrics.shed.labels("server" if shed.subject == "server" else "tenant").inc()
+                    limit = "server" if shed.subject == "server" else "tenant"
+                    self._metrics.shed.labels(limit).inc()
+                    self._usage.count(caller.namespace, f"shed:{limit}")
                     raise
                 self._metrics.in_flight.inc()
                 self._usage.count(caller.namespace, "calls:" + method.rsplit("/", 1)[-1])

@@ -8,7 +8,10 @@ arrive are served until the server stops.
 
 Health speaks for the whole server, not one worker: a balancer's probe reaches
 one worker, but the connections it then sends may reach any. So a worker says
-SERVING only while the supervisor says every worker serves (`all_serving`).
+SERVING only while the supervisor says every worker serves (`all_serving`), and
+one of them at least admits calls: while every worker is full, refusing calls at
+its limit (admission.py), health says NOT_SERVING, and a balancer sends the calls
+to another replica until one admits again.
 """
 
 from __future__ import annotations

@@ -149,7 +149,8 @@ class MemoryLifecycle:
         row = await cursor.fetchone()
         if row is None:
             raise AlreadyExists("memory", memory_id, f"memory.id: {memory_id!r} is taken")
-        await check_usage(conn, namespace, self._store.quota(namespace), 1)
+        held = await check_usage(conn, namespace, self._store.quota(namespace), 1)
+        self._store.grew(namespace, dimension, held)
         return self._store.record(row)
 
     async def list_versions(
@@ -244,7 +245,7 @@ class MemoryLifecycle:
         """Create the stores that do not exist (one that does must have the same dimension), and add the
         entries, replacing one whose id exists with something else: all or nothing. An update time equal
         to the creation time is an entry never updated (as exports show it). The stores created
-        (their indexes are requested), and how many entries were added, replaced and left unchanged."""
+        and how many entries were added, replaced and left unchanged."""
         created: list[str] = []
         async with self._store.connection(namespace) as conn:
             for index, record in enumerate(stores):
@@ -279,11 +280,10 @@ class MemoryLifecycle:
                 )
                 for row in await cursor.fetchall():
                     counts["added" if row["added"] else "replaced"] += 1
-                await check_usage(conn, namespace, self._store.quota(namespace), counts["added"])
+                held = await check_usage(conn, namespace, self._store.quota(namespace), counts["added"])
+                for dimension in {dimension for dimension, _ in settings.values()}:
+                    self._store.grew(namespace, dimension, held)
             counts["unchanged"] = len(memories) - counts["added"] - counts["replaced"]
-        for record in stores:
-            if record.name in created:
-                self._store.created_dimension(record.dimension)
         return created, counts
 
     async def purge_expired(self, batch: int) -> int:

@@ -50,14 +50,15 @@ class PostgresMemoryStore:
     def __init__(
         self,
         database: Database | Databases,
-        new_dimension: Callable[[int], None] = lambda dimension: None,
+        grew: Callable[[str, int, int], None] = lambda namespace, dimension, entries: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         etag_key: bytes = b"",
         quotas: Callable[[str], Quota] = lambda namespace: DEFAULT_QUOTA,
     ) -> None:
         self._database = database
-        # Told each store's dimension as it is created, so its index gets built (`VectorIndexes.request`).
-        self._new_dimension = new_dimension
+        # Told after each write that adds entries: the namespace, their dimension and the entries the
+        # namespace holds, so a namespace past the size gets its own vector index (`VectorIndexes.grew`).
+        self.grew = grew
         # What time it is for expiry: an entry is gone from every read the moment this passes its expiry.
         self._clock = clock
         # What entries' etags are keyed with (`statements.etag_of`): the service's, so every replica agrees.
@@ -83,22 +84,17 @@ class PostgresMemoryStore:
         """An entry as a statement read it (`statements.MEMORY_COLUMNS`), with its etag."""
         return memory_from_row(row, self._etag_key)
 
-    def created_dimension(self, dimension: int) -> None:
-        """A store of `dimension` was created: its index is built if it has none yet."""
-        self._new_dimension(dimension)
-
     # Stores
 
     async def create_store(
         self, namespace: str, name: str, description: str, dimension: int, default_ttl: timedelta | None = None
     ) -> StoreRecord:
-        """A new store; its dimension's index is built in the background if it has none yet. A
-        namespace's stores use at most `MAX_DIMENSIONS_PER_NAMESPACE` dimensions (an index each)."""
+        """A new store. A namespace's stores use at most `MAX_DIMENSIONS_PER_NAMESPACE` dimensions (once
+        large, an index each)."""
         async with self.connection(namespace) as conn:
             record = await self.create_store_on(conn, namespace, name, description, dimension, default_ttl)
             if record is None:
                 raise AlreadyExists("store", name)
-        self.created_dimension(dimension)
         return record
 
     async def create_store_on(
@@ -333,7 +329,8 @@ async def add_memories_on(
         namespace, [(memory_id, store, memory) for memory_id, memory in zip(ids, memories, strict=True)], ttl
     )
     cursor = await conn.execute(insert_entries("DO NOTHING", "1"), params)
-    await check_usage(conn, namespace, rows.quota(namespace), len(await cursor.fetchall()))
+    held = await check_usage(conn, namespace, rows.quota(namespace), len(await cursor.fetchall()))
+    rows.grew(namespace, dimension, held)
     cursor = await conn.execute(stored_as_given(), compared(params))
     stored = {row["id"]: row for row in await cursor.fetchall()}
     for index, row_id in enumerate(ids):
@@ -346,9 +343,10 @@ async def add_memories_on(
     return [rows.record(stored[row_id]) for row_id in ids]
 
 
-async def check_usage(conn: Connection, namespace: str, quota: Quota, adding: int) -> None:
+async def check_usage(conn: Connection, namespace: str, quota: Quota, adding: int) -> int:
     """After a write, in its transaction: refuse it (rolled back, nothing stored) when the namespace now
-    holds more entries, or bytes, than its quota allows. `adding`: the entries the write added."""
+    holds more entries, or bytes, than its quota allows. `adding`: the entries the write added. Returns
+    the entries the namespace holds."""
     cursor = await conn.execute(
         f"SELECT coalesce(sum(entries), 0) AS entries, coalesce(sum(bytes), 0) AS bytes FROM {SCHEMA}.tenant_usage"
         " WHERE namespace = %s",
@@ -359,6 +357,7 @@ async def check_usage(conn: Connection, namespace: str, quota: Quota, adding: in
         raise over_quota("entries", namespace, int(held["entries"]) - adding, adding, quota.entries, "entries")
     if quota.stored_bytes is not None and held["bytes"] > quota.stored_bytes:
         raise over_quota("stored_bytes", namespace, int(held["bytes"]), None, quota.stored_bytes, "stored bytes")
+    return int(held["entries"])
 
 
 async def delete_expired(conn: Connection, namespace: str, ids: Sequence[str], live_at: datetime) -> None:

@@ -75,9 +75,11 @@ _LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 
 
 class Metrics:
-    def __init__(self, worker: int = 0) -> None:
+    def __init__(self, worker: int = 0, tenants: frozenset[str] = frozenset()) -> None:
         self.registry = CollectorRegistry()
         self._worker = str(worker)
+        # The namespaces labelled by name in the usage metric (`*`: every one); the rest are "other".
+        self._tenants = tenants
         self.loop_lag = Histogram(
             "contextfold_event_loop_lag_seconds",
             "How late each worker's event loop woke a task that asked to wake on time: every call waits that long",
@@ -100,7 +102,8 @@ class Metrics:
         )
         self.provider_seconds = Histogram(
             "contextfold_provider_duration_seconds",
-            "Time waiting on each provider",
+            'Time waiting on each provider, by namespace and provider (both "other" for a tenant that'
+            " --metrics-tenants does not name)",
             ["namespace", "provider"],
             buckets=_BUCKETS,
             registry=self.registry,
@@ -152,6 +155,20 @@ class Metrics:
         )
         for limit in ("server", "tenant"):
             self.shed.labels(limit)
+        self.full = Gauge(
+            "contextfold_worker_full",
+            "1 while the worker is full, refusing calls at its limit of calls in flight (health says NOT_SERVING"
+            " while every worker is)",
+            ["worker"],
+            registry=self.registry,
+        ).labels(self._worker)
+        self.tenant_usage = Counter(
+            "contextfold_tenant_usage",
+            "What tenants did, by kind: calls:<method>, texts_embedded, tokens_injected, shed:<limit>; labelled by"
+            ' namespace only for those the operator names (--metrics-tenants), the others summed as "other"',
+            ["tenant", "kind"],
+            registry=self.registry,
+        )
         self.idle_streams = Counter(
             "contextfold_streams_ended_idle",
             "Streams ended because they moved nothing for too long: no request came, or no answer was read",
@@ -163,6 +180,14 @@ class Metrics:
 
     def watch_embedder(self, counts: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_EmbedderCollector(counts))
+
+    def tenant(self, namespace: str) -> str:
+        """A namespace as the metrics label it: by name if the operator allowed it, else "other"."""
+        return namespace if "*" in self._tenants or namespace in self._tenants else "other"
+
+    def count_usage(self, namespace: str, kind: str, amount: int) -> None:
+        """A tenant's usage (observe/usage.py)."""
+        self.tenant_usage.labels(self.tenant(namespace), kind).inc(amount)
 
     def observe_replica(self, replica: Replica) -> None:
         self.replica_lag.labels(replica.name, self._worker).set(replica.lag)
@@ -178,12 +203,15 @@ class Metrics:
     def observe_injection(self, namespace: str, report: injection_pb2.InjectionReport) -> None:
         for stage, duration in report.stage_durations.items():
             self.stage_seconds.labels(stage).observe(duration.seconds + duration.nanos / 1e9)
+        # Providers are a tenant's own: named only where the tenant is.
+        tenant = self.tenant(namespace)
         for source in report.sources[1:]:  # the first is memory, whose stages are above
+            provider = source.source if tenant != "other" else "other"
             outcome = "injected" if source.injected else _OUTCOMES.get(source.skip_reason, "other")
-            self.provider_outcomes.labels(namespace, source.source, outcome).inc()
+            self.provider_outcomes.labels(tenant, provider, outcome).inc()
             if source.HasField("duration"):
                 seconds = source.duration.seconds + source.duration.nanos / 1e9
-                self.provider_seconds.labels(namespace, source.source).observe(seconds)
+                self.provider_seconds.labels(tenant, provider).observe(seconds)
 
     def serve(self, host: str, port: int) -> int:
         """Serve /metrics on `host:port` (0 picks a port) from a thread; the port."""

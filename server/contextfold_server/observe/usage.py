@@ -1,8 +1,9 @@
 """Usage per tenant: what each namespace did, counted in each worker and added to the database.
 
 Calls by method, texts the model embedded for it, tokens injected into its conversations: counted
-in memory as they happen (no label per tenant on the metrics, whose series would grow with the
-tenants), and added every `interval` seconds, and at the worker's stop, to `tenant_activity` on
+in memory as they happen (and told to the metrics, which label by namespace only the tenants the
+operator names: series that grow with the tenants would swamp the metrics store), and added every
+`interval` seconds, and at the worker's stop, to `tenant_activity` on
 the owner's connection, where `contextfold tenants show` reads them. A flush that fails keeps its
 counts for the next.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 import psycopg
 
@@ -23,8 +25,14 @@ FLUSH_SECONDS = 10.0
 
 
 class UsageCounters:
-    def __init__(self, conninfo: str, interval: float = FLUSH_SECONDS) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        interval: float = FLUSH_SECONDS,
+        observe: Callable[[str, str, int], None] = lambda namespace, kind, amount: None,
+    ) -> None:
         self._conninfo = conninfo
+        self._observe = observe
         self._interval = interval
         self._counts: Counter[tuple[str, str]] = Counter()
         self._task: asyncio.Task[None] | None = None
@@ -32,6 +40,7 @@ class UsageCounters:
     def count(self, namespace: str, kind: str, amount: int = 1) -> None:
         if amount:
             self._counts[(namespace, kind)] += amount
+            self._observe(namespace, kind, amount)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._flushing(), name="usage")

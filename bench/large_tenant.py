@@ -1,0 +1,152 @@
+"""A large neighbour: a small tenant's searches while another tenant grows to 100,000 entries.
+
+Two tenants on one server (keys). The small tenant keeps 2,000 entries (embedded by the
+server's model, bench/corpus.py) in one store, half of them tagged `{"topic": "work"}`, and
+searches them with supplied query vectors: plain, filtered by the tag, and scoped to one of
+its users. Its p50 is measured alone, then again once the large tenant has filled a store of
+the same dimension with `--entries` entries (blends of the same base: the same manifold, no
+duplicates). The large tenant's own plain search is measured beside it. Target: the small
+tenant's p50 with the neighbour <= 1.2 x without it, for each kind of search.
+
+    .venv/bin/python -m bench.large_tenant                  # (make bench)
+    .venv/bin/python -m bench.large_tenant --entries 20000
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from contextfold import Client
+
+from bench import corpus, sized_run
+from bench.fanout import percentile
+from bench.tenants import keys
+from harness.servers import Postgres, start_server
+
+TARGET_RATIO = 1.2
+SMALL = 2_000
+USERS = 20
+BATCH = 1_000
+WARM = 50  # searches of each kind before the timed ones
+
+
+def small_entries(texts: list[str], vectors: np.ndarray) -> list[dict]:
+    return [
+        {
+            "content": text,
+            "vector": vector.tolist(),
+            "metadata": {"topic": "work" if n % 2 else "home"},
+            "user_id": f"user-{n % USERS}",
+        }
+        for n, (text, vector) in enumerate(zip(texts, vectors, strict=True))
+    ]
+
+
+KINDS = {
+    "plain": {},
+    "filtered (topic = work)": {"filter": {"topic": "work"}},
+    "one user's entries": {"scope": {"user_id": "user-3"}},
+}
+
+
+def searches(
+    cf: Client, store: str, queries: np.ndarray, calls: int, kinds: tuple[str, ...] = tuple(KINDS)
+) -> dict[str, float]:
+    """p50 (ms) of each kind of search, `calls` of each, over the queries in turn."""
+    figures = {}
+    for kind in kinds:
+        options = KINDS[kind]
+        samples = []
+        for n in range(calls + WARM):
+            started = time.perf_counter()
+            found = cf.search_memories(stores=[store], query_vector=queries[n % len(queries)].tolist(), **options)
+            if n >= WARM:
+                samples.append(time.perf_counter() - started)
+            assert found, f"{kind}: no results"
+        figures[kind] = percentile(samples, 0.5) * 1000
+    return figures
+
+
+def settled(url: str) -> None:
+    """Once no autovacuum runs (up to two minutes): a search timed beside one measures the vacuum."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(240):
+            running = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
+            if not running.fetchone()[0]:
+                return
+            time.sleep(0.5)
+
+
+def fill(cf: Client, store: str, vectors: np.ndarray) -> float:
+    """The large tenant's entries, in batches; the wall time."""
+    started = time.perf_counter()
+    for start in range(0, len(vectors), BATCH):
+        cf.add_memories(
+            store,
+            [
+                {"content": f"neighbour entry {start + i}", "vector": v.tolist()}
+                for i, v in enumerate(vectors[start : start + BATCH])
+            ],
+        )
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    args = sized_run(__doc__.split("\n\n")[0], 200, "large_tenant")
+    if args.entries == 10_000 and not args.quick:
+        args.entries = 100_000
+    texts, vectors = corpus.entries(SMALL, SMALL)
+    queries = corpus.embed(corpus.questions(200), "questions")
+    *_, blends = corpus.blends(vectors, args.entries, np.random.default_rng(9))
+    with tempfile.TemporaryDirectory() as scratch:
+        database = Postgres(Path(scratch) / "pgdata")
+        server = start_server(
+            Path(scratch) / "server.log", "--database-url", database.url, "--auth", "keys", workers=args.workers
+        )
+        try:
+            small_key, large_key = keys(database.url, "small"), keys(database.url, "large")
+            with (
+                Client(server.address, api_key=small_key, timeout=120) as small,
+                Client(server.address, api_key=large_key, timeout=600) as large,
+            ):
+                small.create_store("notes")
+                for start in range(0, SMALL, BATCH):
+                    small.add_memories(
+                        "notes", small_entries(texts[start : start + BATCH], vectors[start : start + BATCH])
+                    )
+                large.create_store("archive")
+                large.add_memories("archive", [{"content": "first", "vector": blends[0].tolist()}])
+                settled(database.url)
+                alone = searches(small, "notes", queries, args.calls)
+                seconds = fill(large, "archive", blends[1:])
+                print(f"the large tenant added {args.entries:,} entries in {seconds:.0f} s")
+                settled(database.url)
+                beside = searches(small, "notes", queries, args.calls)
+                own = searches(large, "archive", queries, args.calls, ("plain",))
+        finally:
+            server.stop()
+            database.cleanup()
+
+    print(f"the small tenant's search ({SMALL:,} entries) beside a tenant of {args.entries:,} (p50, ms)")
+    print(f"{'search':28} {'alone':>8} {'beside':>8} {'ratio':>7}")
+    results = []
+    for kind in alone:
+        ratio = beside[kind] / alone[kind]
+        print(f"{kind:28} {alone[kind]:>8.2f} {beside[kind]:>8.2f} {ratio:>7.2f}")
+        results.append({"search": kind, "alone_ms": alone[kind], "beside_ms": beside[kind], "ratio": ratio})
+    print(f"the large tenant's own plain search: p50 {own['plain']:.2f} ms")
+    missed = [r["search"] for r in results if r["ratio"] > TARGET_RATIO]
+    print(
+        f"target: the small tenant's p50 <= {TARGET_RATIO:g} x alone:"
+        f" {'met' if not missed else 'MISSED by ' + '; '.join(missed)}"
+    )
+    args.json.write_text(json.dumps({"entries": args.entries, "small": results, "large_plain_ms": own}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
