@@ -67,7 +67,8 @@ test: $(DEV_READY) $(TS_READY) $(GO_READY)
 ## bench: Inject against its floor and mem0 at 10,000 and 100,000 entries; health beside heavy requests;
 ## the fan-out; CEL libraries compared; each ranking's recall, MRR and cost on the labelled sets;
 ## filtered search (latency, recall) and update throughput; searches/s with a read replica beside the primary;
-## one tenant's Inject while another floods the server; a small tenant's search beside a 100,000-entry one.
+## one tenant's Inject while another floods the server; a small tenant's search beside a 100,000-entry one;
+## LoCoMo's long conversations, recall of the evidence turns per ranking (when the dataset is beside the project).
 bench: $(BENCH_READY)
 	$(BIN)/python -m bench.retrieval
 	$(BIN)/python -m bench.lifecycle
@@ -77,6 +78,7 @@ bench: $(BENCH_READY)
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.cel_libraries
 	$(BIN)/python -m bench.tenants
+	$(BIN)/python -m bench.locomo
 	$(BIN)/python -m bench.large_tenant
 
 ## bench-quick: Inject against its floor at 10,000 entries, in about a minute (CI runs it; no pass/fail on timing).

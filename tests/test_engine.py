@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from contextfold_server.engine import ranking
 from contextfold_server.engine.conversation import InjectedRef, Role, Turn, injected_entry_ids, is_user_turn
 from contextfold_server.engine.entries import RetrievedEntry
 from contextfold_server.engine.fold import fold_target, separated, shows_text
@@ -440,3 +441,28 @@ def test_a_budget_renders_memory_a_handful_of_times_not_once_per_entry() -> None
     assert [len(block.entry_ids) for block in outcome.blocks] == [37]
     assert outcome.total_tokens <= budget
     assert len(renders.sizes) <= 10, renders.sizes
+
+
+def test_an_entry_found_by_its_words_is_judged_against_its_store_crowd() -> None:
+    crowd = [RetrievedEntry(f"n{i}", "notes", "", 0.5 - i * 0.01) for i in range(10)]
+    worded = RetrievedEntry("w", "notes", "", 0.45)
+    scores = ranking.stand_out_scores(crowd, [worded])
+    eighth = crowd[ranking.CROWD_RANK].score
+    assert scores["w"] == 0.45 + ranking.STAND_OUT_WEIGHT * (0.45 - eighth)
+    # In a store the nearest have nothing of, an entry is its own crowd.
+    assert ranking.stand_out_scores(crowd, [RetrievedEntry("x", "other", "", 0.3)])["x"] == 0.3
+
+
+def test_the_share_of_the_query_words_an_entry_holds_adds_to_its_score() -> None:
+    scores = ranking.with_words({"a": 1.0, "b": 1.2}, {"a": 0.5})
+    assert scores == {"a": 1.0 + ranking.WORD_WEIGHT * 0.5, "b": 1.2}
+
+
+def test_an_entry_rises_toward_a_better_neighbour_and_never_falls() -> None:
+    scores = {"question": 2.0, "reply": 1.0, "aside": 0.4, "alone": 0.9}
+    beside = {"reply": {"question", "aside"}, "question": {"reply"}, "aside": {"reply", "gone"}}
+    pulled = ranking.pulled_by_neighbours(scores, beside)
+    assert pulled["reply"] == 1.0 + ranking.NEIGHBOUR_PULL * (2.0 - 1.0)
+    assert pulled["question"] == 2.0, "a better entry is not pulled down by a weaker neighbour"
+    assert pulled["aside"] == 0.4 + ranking.NEIGHBOUR_PULL * (1.0 - 0.4), "pulled by the reply's own score"
+    assert pulled["alone"] == 0.9

@@ -225,11 +225,12 @@ def test_hybrid_ranks_the_entry_with_the_exact_identifier_first(client: Client, 
     client.add_memories(incidents, [{"id": f"{prefix}-{key}", "content": text} for key, text in INCIDENTS.items()])
     ask = "What happened in INC-4417?"
 
-    vector_only = [e.id for e in client.inject([user(ask)], stores=[stand_ups, incidents]).report.entries]
-    assert vector_only[0] != f"{prefix}-4417", "the codes look alike to the embedding"
+    vector_only = client.inject([user(ask)], stores=[stand_ups, incidents], ranking="similarity").report.entries
+    assert vector_only[0].id != f"{prefix}-4417", "the codes look alike to the embedding"
     result = client.inject([user(ask)], stores=[stand_ups, incidents], ranking="hybrid")
     assert result.report.ranking == memory_pb2.RANKING_HYBRID
     assert result.report.entries[0].id == f"{prefix}-4417"
+
     # Words alone are not enough to be found: an entry needs them to be rare.
     common = client.inject([user("checkout latency orders")], stores=[stand_ups, incidents], ranking="hybrid")
     assert common.injected and common.report.ranking == memory_pb2.RANKING_HYBRID
@@ -452,3 +453,65 @@ def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entrie
     finally:
         if server is not None:
             assert server.stop() == 0, server.log()
+
+
+# Who travels, told in other words than the question's; and notes that echo its meaning but name no one.
+TRIPS = {
+    "thaddeus": "Thaddeus has a flight booked on Friday morning to the trade show.",
+    "bartholomew": "Bartholomew has a flight booked on Monday to the trade show.",
+    "ignatius": "Ignatius takes the train on Thursday to the trade show.",
+    "echo-1": "When is everyone heading off to the fair? Someone should check.",
+    "echo-2": "Departure for the expo is next week; when do we go?",
+    "echo-3": "Leaving for the exhibition soon, does anyone know when?",
+    "fair-1": "The fair has a food court on the second floor.",
+    "fair-2": "Tickets for the fair are sold online only.",
+    "fair-3": "The fair's badges are picked up at the north entrance.",
+}
+
+
+def test_an_exact_name_lifts_the_entry_that_holds_it_in_the_default_ranking(client: Client, make_store) -> None:
+    store = make_store("trips")
+    prefix = unique("trip")
+    client.add_memories(store, [{"id": f"{prefix}-{key}", "content": text} for key, text in TRIPS.items()])
+    names = ("thaddeus", "bartholomew", "ignatius")
+    asks = {name: f"When does {name.capitalize()} leave for the fair?" for name in names}
+    similarity = {
+        name: client.inject([user(ask)], stores=[store], ranking="similarity").report.entries[0].id
+        for name, ask in asks.items()
+    }
+    assert any(found != f"{prefix}-{name}" for name, found in similarity.items()), "the echoes win on meaning"
+    for name, ask in asks.items():
+        result = client.inject([user(ask)], stores=[store])
+        assert result.report.ranking == memory_pb2.RANKING_STORE_AWARE
+        assert result.report.entries[0].id == f"{prefix}-{name}", ask
+
+
+def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client, make_store) -> None:
+    store = make_store("talk")
+    prefix = unique("turn")
+    session = unique("session")
+    turns = [
+        "Ben: Did you ever get the pottery class sorted?",
+        "Ana: Yes! I finally signed up for the pottery class downtown.",
+        "Ben: Nice. When does the pottery class start?",
+        "Ana: Tuesday! I can't wait.",
+        "Ben: I baked bread all Sunday, by the way.",
+        "Ana: The smell must have been amazing.",
+        "Ben: It was. The dog was very interested too.",
+        "Ana: Did the new fence hold up in the storm?",
+        "Ben: Mostly. One panel needs fixing.",
+        "Ana: When does the bakery on Main Street open?",
+        "Ben: At seven, I think.",
+    ]
+    entries = [{"id": f"{prefix}-{n}", "content": text, "session_id": session} for n, text in enumerate(turns)]
+    client.add_memories(store, entries)
+    ask = "When does Ana's pottery class start?"
+    within = client.inject([user(ask)], stores=[store], max_entries=len(turns), scope={"session_id": session})
+    # Outside a session, entries are not each other's context: the same turns, each alone.
+    alone = make_store("alone")
+    client.add_memories(alone, [{"id": f"{prefix}-alone-{n}", "content": text} for n, text in enumerate(turns)])
+    apart = client.inject([user(ask)], stores=[alone], max_entries=len(turns))
+    place_within = [entry.id for entry in within.report.entries].index(f"{prefix}-3")
+    place_apart = [entry.id for entry in apart.report.entries].index(f"{prefix}-alone-3")
+    assert place_within < place_apart, "the reply that says when rises toward the question that names the class"
+    assert place_within == 3, "right after the three turns about the class"

@@ -6,8 +6,13 @@ hundreds of entries is a little similar to any query. What marks the entry a
 person would pick is that it stands out from the entries around it. So the
 default ranking (`STORE_AWARE`) judges each entry against its own store's crowd
 for this query, and the crowd is read per store, not from the top of a list a
-large store fills. bench/retrieval.py measures every strategy on labelled sets;
-the README has the table the default was chosen from.
+large store fills. Words count beside meaning: names, places, dates and ids
+carry what an embedding blurs, so the default adds the share of the query's
+words an entry holds (BM25, rare words weighing more), and an entry written
+beside a strong match in one session (a reply to the question that names what it
+answers) rises toward it. bench/retrieval.py measures every strategy on labelled
+sets of our own, bench/locomo.py on long real conversations; the README has the
+tables the default was chosen from.
 
 These are pure functions over candidates already fetched: the search fetches
 what the strategy needs (`candidates_per_store`, `LEXICAL_CANDIDATES`, `POOL_CANDIDATES`).
@@ -59,6 +64,16 @@ RRF_K = 60
 # rare word (an incident id) then comes first unless several entries rank well in both lists. At half
 # the weight, an exact id several places down the vector list stayed there (tests/test_ranking.py).
 LEXICAL_WEIGHT = 1.0
+# How much the query's words count beside the stand-out score: an entry's share of them (BM25 against one
+# holding every word once; `word_matches`) times this. Chosen on LoCoMo's development split and our own
+# sets together (bench/locomo.py, bench/retrieval.py): 1.0 to 2.0 lift LoCoMo's recall@5 by 0.15 to 0.18;
+# past 1.5 our assistant set loses more than a query.
+WORD_WEIGHT = 1.5
+# An entry beside a better one in its session (written just before or after it) rises this share of
+# the way toward it: the turn that answers often follows the one that names what the question asks.
+NEIGHBOUR_PULL = 0.5
+# The best entries whose session neighbours are read, as a multiple of the entries asked for.
+NEIGHBOURS_OF = 2
 # The entries nearest across the stores read first when a large store is searched: one with
 # `candidates_per_store` of them (the store a query's near-misses come from) needs no reading of its own.
 POOL_CANDIDATES = 40
@@ -81,22 +96,45 @@ def by_similarity(entries: Iterable[Entry], limit: int) -> list[Entry]:
     return sorted(entries, key=lambda entry: entry.score, reverse=True)[:limit]
 
 
-def stand_out_scores(entries: Iterable[Ranked]) -> dict[str, float]:
+def stand_out_scores(entries: Iterable[Ranked], others: Iterable[Ranked] = ()) -> dict[str, float]:
     """Each entry's similarity plus `STAND_OUT_WEIGHT` times its lead over its store's crowd (the
-    store's `CROWD_RANK`-th entry after its best, or its last when it has fewer), by id.
+    store's `CROWD_RANK`-th entry after its best, or its last when it has fewer), by id; `others`
+    (found another way) are judged against the crowds of `entries`, their own similarity their crowd
+    in a store `entries` has none of.
 
     `entries` must hold each store's nearest entries, as many as `candidates_per_store` asks for: a
     store's crowd is read from its own candidates."""
     stores: dict[str, list[Ranked]] = defaultdict(list)
     for entry in entries:
         stores[entry.store].append(entry)
-    scores: dict[str, float] = {}
-    for members in stores.values():
+    crowds: dict[str, float] = {}
+    for store, members in stores.items():
         members.sort(key=lambda entry: entry.score, reverse=True)
-        crowd = members[min(CROWD_RANK, len(members) - 1)].score
-        for entry in members:
-            scores[entry.id] = entry.score + STAND_OUT_WEIGHT * (entry.score - crowd)
+        crowds[store] = members[min(CROWD_RANK, len(members) - 1)].score
+    scores: dict[str, float] = {}
+    for entry in (*(entry for members in stores.values() for entry in members), *others):
+        crowd = crowds.get(entry.store, entry.score)
+        scores.setdefault(entry.id, entry.score + STAND_OUT_WEIGHT * (entry.score - crowd))
     return scores
+
+
+def with_words(scores: Mapping[str, float], words: Mapping[str, float]) -> dict[str, float]:
+    """`scores` plus `WORD_WEIGHT` times each entry's share of the query's words (`words`, by id; an
+    entry sharing none adds nothing)."""
+    return {entry: score + WORD_WEIGHT * words.get(entry, 0.0) for entry, score in scores.items()}
+
+
+def pulled_by_neighbours(scores: Mapping[str, float], beside: Mapping[str, Iterable[str]]) -> dict[str, float]:
+    """Each entry raised `NEIGHBOUR_PULL` of the way toward its best neighbour (`beside`: the entries
+    written just before and after it in its session) when that one scores higher; the others as they
+    are. Neighbours without a score pull nothing."""
+    pulled = dict(scores)
+    for entry, neighbours in beside.items():
+        own = scores.get(entry)
+        best = max((scores[n] for n in neighbours if n in scores), default=None)
+        if own is not None and best is not None and best > own:
+            pulled[entry] = own + NEIGHBOUR_PULL * (best - own)
+    return pulled
 
 
 def store_aware(entries: Sequence[Entry], limit: int) -> list[Entry]:

@@ -74,18 +74,24 @@ class MemorySearcher:
             durations["embed"] = time.perf_counter() - started
         strategy = query.ranking or self.default_ranking
         searching = time.perf_counter()
-        # Within one store, standing out from its crowd orders entries as similarity does: one
-        # nearest-neighbour query finds them.
-        nearest_only = strategy is Ranking.SIMILARITY or (strategy is Ranking.STORE_AWARE and len(query.stores) == 1)
+        # Within one store, standing out from its crowd orders entries as similarity does: without words
+        # to weigh, one nearest-neighbour query finds them.
+        words = bool(query.text.strip())
+        nearest_only = strategy is Ranking.SIMILARITY or (
+            strategy is Ranking.STORE_AWARE and len(query.stores) == 1 and not words
+        )
         with span("contextfold.search", stores=len(query.stores), limit=query.limit, ranking=strategy.value):
             if nearest_only:
                 known, records = await self.store.search(namespace, scope, query)
             else:
                 # Words to match need words: a query given only as a vector has no lexical candidates.
-                lexical = ranking.LEXICAL_CANDIDATES if strategy is Ranking.HYBRID and query.text.strip() else 0
+                lexical = ranking.LEXICAL_CANDIDATES if words else 0
                 per_store = ranking.candidates_per_store(strategy, query.limit)
+                # Hybrid fuses by rank the entries holding the query's rare words (an id, a code); the default
+                # weighs every word an entry shares (BM25).
+                matches = "rare_word_matches" if strategy is Ranking.HYBRID else "word_matches"
                 known, candidates = await self.store.candidates(
-                    namespace, scope, query, per_store, ranking.POOL_CANDIDATES, lexical
+                    namespace, scope, query, per_store, ranking.POOL_CANDIDATES, lexical, matches
                 )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
@@ -93,23 +99,29 @@ class MemorySearcher:
         if nearest_only:
             return Found(records, durations, left_out, ranking=strategy), query.vector, unsearchable
         ranking_started = time.perf_counter()
-        ranked, strategy, notes = await self._rank(strategy, query, candidates, deadline)
+        ranked, strategy, notes = await self._rank(strategy, query, candidates, deadline, namespace, scope)
         durations["rank"] = time.perf_counter() - ranking_started
         return Found(ranked, durations, left_out, notes, strategy), query.vector, unsearchable
 
     async def _rank(
-        self, strategy: Ranking, query: SearchQuery, candidates: list[Candidate], deadline: float | None
+        self,
+        strategy: Ranking,
+        query: SearchQuery,
+        candidates: list[Candidate],
+        deadline: float | None,
+        namespace: str,
+        scope: Scope,
     ) -> tuple[list[ScoredRecord], Ranking, tuple[str, ...]]:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`, with the strategy that ranked them and why it is
         not the one asked for. A reranker that fails leaves the store-aware order."""
         nearest = [c for c in candidates if c.lexical is None]
+        words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
         order: list[Candidate]
         if strategy is Ranking.HYBRID:
-            words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
             order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
         else:
-            order = ranking.store_aware(nearest, len(nearest))
+            order = await self._store_aware(namespace, scope, query, nearest, words)
         if query.min_score is not None:
             order = [entry for entry in order if entry.score >= query.min_score]
         notes: tuple[str, ...] = ()
@@ -123,6 +135,26 @@ class MemorySearcher:
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
         # Found both ways, an entry is the vector search's: its score is its similarity either way.
         return [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]], strategy, notes
+
+    async def _store_aware(
+        self, namespace: str, scope: Scope, query: SearchQuery, nearest: list[Candidate], words: list[Candidate]
+    ) -> list[Candidate]:
+        """Each candidate's stand-out score with its share of the query's words (`ranking.with_words`);
+        then the best ones' session neighbours read, and each entry pulled toward a better neighbour
+        (`ranking.pulled_by_neighbours`). Best first."""
+        found = {c.id: c for c in (*words, *nearest)}
+        scores = ranking.with_words(ranking.stand_out_scores(nearest, words), {c.id: c.lexical or 0.0 for c in words})
+        best = sorted(scores, key=lambda entry: -scores[entry])[: ranking.NEIGHBOURS_OF * query.limit]
+        in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
+        if in_sessions:
+            neighbours, beside = await self.store.neighbours(
+                namespace, scope, in_sessions, query.vector, query.exclude_ids
+            )
+            for neighbour in neighbours:
+                found.setdefault(neighbour.id, neighbour)
+            scores = ranking.stand_out_scores(nearest, neighbours) | scores
+            scores = ranking.pulled_by_neighbours(scores, beside)
+        return sorted(found.values(), key=lambda c: -scores[c.id])
 
     async def _rerank(self, text: str, pool: list[Candidate], deadline: float | None) -> list[Candidate]:
         assert self.reranker is not None  # the request's parse refused RANKING_RERANK otherwise

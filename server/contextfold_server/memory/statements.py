@@ -136,21 +136,21 @@ _EXACT_DISTANCE = "(m.embedding <=> %(vector)s)::float8"
 
 
 @functools.lru_cache(maxsize=128)
-def candidates_statement(dimension: int, lexical: bool, where: str, filtered: bool, exact: bool = False) -> str:
-    """The statement reading the candidates of rankings that judge each store's, and with `lexical` the
-    entries holding the query's rare words besides, heaviest first (`rare_word_matches`): each entry with
-    its distance, and its words' weight when it holds any. Without a filter (`where` holds the scope and
-    expiry only), each store's nearest come from `nearest_per_store` (migration 11); with one, each store's
-    `per_store` nearest that match it are read by a statement of their own, through the vector index (its
-    iterative scan skips what the filter refuses) or exactly, as its plan for the store decides; with
-    `exact`, always exactly. Composed once per shape."""
+def candidates_statement(dimension: int, lexical: str, where: str, filtered: bool, exact: bool = False) -> str:
+    """The statement reading the candidates of rankings that judge each store's, and with `lexical` (a
+    function's name: `word_matches`, `rare_word_matches`) the entries sharing the query's words besides,
+    best first: each entry with its distance, and its words' weight when it shares any. Without a filter
+    (`where` holds the scope and expiry only), each store's nearest come from `nearest_per_store`
+    (migration 11); with one, each store's `per_store` nearest that match it are read by a statement of
+    their own, through the vector index (its iterative scan skips what the filter refuses) or exactly, as
+    its plan for the store decides; with `exact`, always exactly. Composed once per shape."""
     words = (
         ", words AS MATERIALIZED ("
         " SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
-        " rare.weight AS lexical FROM {rare_words}(%(words)s,"
+        " matched.weight AS lexical FROM {word_matches}(%(words)s,"
         " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
-        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS rare"
-        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = rare.id{where}"
+        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS matched"
+        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = matched.id{where}"
         ")"
         if lexical
         else ""
@@ -180,10 +180,33 @@ def candidates_statement(dimension: int, lexical: bool, where: str, filtered: bo
             columns=_M_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
-            rare_words=sql.Identifier(SCHEMA, "rare_word_matches"),
+            word_matches=sql.Identifier(SCHEMA, lexical or "word_matches"),
             where=sql.SQL(where),
             distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
         )
+        .as_string(None)
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def neighbours_statement(where: str) -> str:
+    """The entries written just before and just after each of `%(ids)s` in its store and session (by
+    `seq`), within the entries' conditions (`entries_where`), with their distance to `%(vector)s` and the
+    id they are beside (`beside`). Entries in no session have none."""
+    side = (
+        " (SELECT {columns}, (m.embedding <=> %(vector)s)::float8 AS distance FROM {memories} m"
+        " WHERE m.namespace = c.namespace AND m.store = c.store AND m.session_id = c.session_id"
+        " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
+    )
+    return (
+        sql.SQL(
+            "SELECT n.*, c.id AS beside FROM {memories} c CROSS JOIN LATERAL ("
+            + side.replace("{comparison}", "<").replace("{order}", "DESC")
+            + " UNION ALL"
+            + side.replace("{comparison}", ">").replace("{order}", "")
+            + ") AS n WHERE c.namespace = %(namespace)s AND c.id = ANY(%(ids)s) AND c.session_id <> ''"
+        )
+        .format(columns=_M_COLUMNS, memories=sql.Identifier(SCHEMA, "memories"), where=sql.SQL(where))
         .as_string(None)
     )
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,6 +37,7 @@ from .statements import (
     insert_entries,
     known_stores,
     memory_from_row,
+    neighbours_statement,
     once,
     search_statement,
     stored_as_given,
@@ -223,14 +225,21 @@ class PostgresMemoryStore:
         return known_stores(rows), results
 
     async def candidates(
-        self, namespace: str, scope: Scope, query: SearchQuery, per_store: int, pool: int, lexical: int = 0
+        self,
+        namespace: str,
+        scope: Scope,
+        query: SearchQuery,
+        per_store: int,
+        pool: int,
+        lexical: int = 0,
+        words: str = "word_matches",
     ) -> tuple[dict[str, int], list[Candidate]]:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
         where it matters (`nearest_per_store`, with a first pass of `pool` across them; each store's
-        own when `query.filter` is set), and with `lexical`, up to that many entries holding the rare
-        words of `query.text` (an entry may be among both). `query.min_score` is not applied: a store's
-        crowd counts every entry."""
+        own when `query.filter` is set), and with `lexical`, up to that many entries sharing the words of
+        `query.text`, as `words` (the SQL function) weighs them (an entry may be among both).
+        `query.min_score` is not applied: a store's crowd counts every entry."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -240,14 +249,14 @@ class PostgresMemoryStore:
         if lexical:
             params |= {"words": query.text, "lexical": lexical}
         dimension, filtered = len(query.vector), query.filter is not None
-        statement = candidates_statement(dimension, bool(lexical), where, filtered)
+        statement = candidates_statement(dimension, words if lexical else "", where, filtered)
         rows = await self.read(namespace, statement, params, INDEX_FIRST if filtered else None)
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         nearest = sum(1 for row in rows if row["id"] is not None and row["lexical"] is None)
         if filtered and nearest < per_store * searched:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
             narrowed = where + anchored(query.filter, params)
-            statement = candidates_statement(dimension, bool(lexical), narrowed, filtered, exact=True)
+            statement = candidates_statement(dimension, words if lexical else "", narrowed, filtered, exact=True)
             rows = await self.read(namespace, statement, params)
         found = [
             Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"])
@@ -255,6 +264,33 @@ class PostgresMemoryStore:
             if row["id"] is not None
         ]
         return known_stores(rows), found
+
+    async def neighbours(
+        self, namespace: str, scope: Scope, ids: Sequence[str], vector: Sequence[float], exclude: Iterable[str] = ()
+    ) -> tuple[list[Candidate], dict[str, set[str]]]:
+        """In one round trip: the entries written just before and just after each of `ids` in its store and
+        session (within `scope`, live, none of `exclude`), each with its similarity to `vector`; and which
+        entries are beside which (both ways)."""
+        where, params = entries_where(scope, None)
+        rows = await self.read(
+            namespace,
+            neighbours_statement(where),
+            params
+            | {
+                "namespace": namespace,
+                "ids": list(ids),
+                "vector": np.asarray(vector, dtype=np.float32),
+                "exclude": sorted(exclude),
+                "live_at": self.now(),
+            },
+        )
+        beside: dict[str, set[str]] = defaultdict(set)
+        found: dict[str, Candidate] = {}
+        for row in rows:
+            beside[row["beside"]].add(row["id"])
+            beside[row["id"]].add(row["beside"])
+            found.setdefault(row["id"], Candidate(self.record(row), 1.0 - float(row["distance"])))
+        return list(found.values()), beside
 
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = UNSCOPED) -> MemoryRecord:
         """The entry, if it exists within `scope` and has not expired: otherwise, it does not."""
