@@ -136,14 +136,14 @@ _EXACT_DISTANCE = "(m.embedding <=> %(vector)s)::float8"
 
 
 @functools.lru_cache(maxsize=128)
-def candidates_statement(dimension: int, lexical: str, where: str, filtered: bool, exact: bool = False) -> str:
+def candidates_statement(dimension: int, lexical: str, where: str, each_store: bool, exact: bool = False) -> str:
     """The statement reading the candidates of rankings that judge each store's, and with `lexical` (a
     function's name: `word_matches`, `rare_word_matches`) the entries sharing the query's words besides,
-    best first: each entry with its distance, and its words' weight when it shares any. Without a filter
-    (`where` holds the scope and expiry only), each store's nearest come from `nearest_per_store`
-    (migration 11); with one, each store's `per_store` nearest that match it are read by a statement of
-    their own, through the vector index (its iterative scan skips what the filter refuses) or exactly, as
-    its plan for the store decides; with `exact`, always exactly. Composed once per shape."""
+    best first: each entry with its distance, and its words' weight when it shares any. Unless `each_store`
+    (a filter, or one store), each store's nearest come from `nearest_per_store` (migration 11); with it,
+    each store's `per_store` nearest that match the conditions are read by a statement of their own,
+    through the vector index (its iterative scan skips what a filter refuses) or exactly, as its plan
+    for the store decides; with `exact`, always exactly. Composed once per shape."""
     words = (
         ", words AS MATERIALIZED ("
         " SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
@@ -160,7 +160,7 @@ def candidates_statement(dimension: int, lexical: str, where: str, filtered: boo
         " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
         " FROM {memories} m WHERE m.namespace = %(namespace)s AND m.dimension = {dim} AND m.store = s.name"
         " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
-        if filtered
+        if each_store
         # The function is read where it is called, not through a CTE: a CTE copies what it returns.
         else " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
         " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"

@@ -249,7 +249,8 @@ class PostgresMemoryStore:
         if lexical:
             params |= {"words": query.text, "lexical": lexical}
         dimension, filtered = len(query.vector), query.filter is not None
-        statement = candidates_statement(dimension, words if lexical else "", where, filtered)
+        # One store named needs no pass across stores: a statement of its own, planned for its values.
+        statement = candidates_statement(dimension, words if lexical else "", where, filtered or len(query.stores) == 1)
         rows = await self.read(namespace, statement, params, INDEX_FIRST if filtered else None)
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         nearest = sum(1 for row in rows if row["id"] is not None and row["lexical"] is None)

@@ -1,10 +1,11 @@
 -- `word_matches`: the entries that share the words of a text, each with its BM25 score (k1 0.9,
 -- b 0.4) as a share of what an entry holding every word once would score: 1 is every word, rare
 -- ones weighing more. Judged among the entries the caller may see (the namespace the connection
--- acts for, the stores, the scope): the entries counted (up to 2,000), and a sample of 500 of
--- them giving their mean length in words and each word's holders (a word 10 of the sample hold,
--- scaled to the count; a rarer one counted, up to 1,000): its inverse document frequency is
--- ln(1 + (n - holders + 0.5) / (holders + 0.5)). Bounded work, whatever the store's size. An entry is found through the words that tell
+-- acts for, the stores, the scope): up to 1,000 of them read, giving their mean length in words
+-- and, when they are all there are, each word's holders; past that, the entries are counted (up
+-- to 2,000), a word 10 of those read hold is scaled to the count, and a rarer one counted (up to
+-- 1,000). A word's inverse document frequency is ln(1 + (n - holders + 0.5) / (holders + 0.5)).
+-- Bounded work, whatever the store's size. An entry is found through the words that tell
 -- entries apart (held by at most a tenth of them, and at most 200): one holding only words most
 -- entries hold is not a match, though such words add to the score of one that is. Words are the
 -- entries' `lexemes` (English stemming), names and numbers kept whole.
@@ -38,14 +39,16 @@ BEGIN
     EXECUTE format(
         'WITH words AS MATERIALIZED ('
         '    SELECT DISTINCT t.lexeme AS word FROM unnest(to_tsvector(''english'', $7)) AS t'
-        '), counted AS MATERIALIZED ('
-        '    SELECT count(*) AS n FROM ('
-        '        SELECT FROM contextfold.memories m WHERE m.namespace = $1 AND m.store = ANY($2)%1$s LIMIT 2000'
-        '    ) AS s'
         '), sample AS MATERIALIZED ('
-        '    SELECT m.lexemes FROM contextfold.memories m WHERE m.namespace = $1 AND m.store = ANY($2)%1$s LIMIT 500'
+        '    SELECT m.lexemes FROM contextfold.memories m WHERE m.namespace = $1 AND m.store = ANY($2)%1$s LIMIT 1000'
         '), sampled AS MATERIALIZED ('
         '    SELECT count(*) AS size, coalesce(avg(length(s.lexemes)), 1)::float8 AS mean_length FROM sample s'
+        '), counted AS MATERIALIZED ('
+        '    SELECT CASE WHEN z.size < 1000 THEN z.size ELSE ('
+        '        SELECT count(*) FROM ('
+        '            SELECT FROM contextfold.memories m WHERE m.namespace = $1 AND m.store = ANY($2)%1$s LIMIT 2000'
+        '        ) AS s'
+        '    ) END AS n FROM sampled z'
         '), weighed AS MATERIALIZED ('
         '    SELECT w.word, h.holders, c.n,'
         '        ln(1 + greatest(0, c.n - h.holders + 0.5) / (h.holders + 0.5))::float8 AS idf'
@@ -53,7 +56,7 @@ BEGIN
         '    CROSS JOIN LATERAL (SELECT count(*) AS held FROM sample s'
         '        WHERE s.lexemes @@ plainto_tsquery(''simple'', w.word)) AS k'
         '    CROSS JOIN LATERAL ('
-        '        SELECT CASE WHEN k.held >= 10 THEN k.held * c.n / greatest(z.size, 1) ELSE ('
+        '        SELECT CASE WHEN z.size < 1000 THEN k.held WHEN k.held >= 10 THEN k.held * c.n / z.size ELSE ('
         '            SELECT count(*) FROM ('
         '                SELECT FROM contextfold.memories m WHERE m.namespace = $1 AND m.store = ANY($2)'
         '                AND m.lexemes @@ plainto_tsquery(''simple'', w.word)%1$s LIMIT 1000'
