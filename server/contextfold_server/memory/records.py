@@ -136,7 +136,8 @@ class ScoredRecord:
 @dataclass(frozen=True)
 class Candidate(ScoredRecord):
     """An entry a ranking weighs, as the search read it: for one the full-text search found, the weight
-    of the query's rare words it holds (None for the vector search's)."""
+    of the query's words it holds (its BM25 share for the default, its rare words' for hybrid; None for
+    the vector search's)."""
 
     lexical: float | None = None
 

@@ -1,5 +1,6 @@
-"""Search by meaning: embed the query (unless the caller did), fetch in one round trip the candidates
-the ranking needs (engine/ranking.py), and rank them."""
+"""Search by meaning and words: embed the query (unless the caller did), fetch in one round trip the
+candidates the ranking needs (engine/ranking.py: each store's nearest, and the entries sharing the
+query's words), read the session neighbours of the best when they are in sessions, and rank them."""
 
 from __future__ import annotations
 
