@@ -97,22 +97,29 @@ def by_similarity(entries: Iterable[Entry], limit: int) -> list[Entry]:
 
 
 def stand_out_scores(entries: Iterable[Ranked], others: Iterable[Ranked] = ()) -> dict[str, float]:
-    """Each entry's similarity plus `STAND_OUT_WEIGHT` times its lead over its store's crowd (the
-    store's `CROWD_RANK`-th entry after its best, or its last when it has fewer), by id; `others`
-    (found another way) are judged against the crowds of `entries`, their own similarity their crowd
-    in a store `entries` has none of.
+    """Each entry's similarity plus `STAND_OUT_WEIGHT` times its lead over its store's crowd (`crowds`),
+    by id; `others` (found another way) are judged against the crowds of `entries`.
 
     `entries` must hold each store's nearest entries, as many as `candidates_per_store` asks for: a
     store's crowd is read from its own candidates."""
-    stores: dict[str, list[Ranked]] = defaultdict(list)
+    entries = list(entries)
+    return stand_out([*entries, *others], crowds(entries))
+
+
+def crowds(entries: Iterable[Ranked]) -> dict[str, float]:
+    """Each store's crowd for this query: the similarity of its `CROWD_RANK`-th entry after its best
+    among `entries` (its nearest), or of its last when it has fewer."""
+    stores: dict[str, list[float]] = defaultdict(list)
     for entry in entries:
-        stores[entry.store].append(entry)
-    crowds: dict[str, float] = {}
-    for store, members in stores.items():
-        members.sort(key=lambda entry: entry.score, reverse=True)
-        crowds[store] = members[min(CROWD_RANK, len(members) - 1)].score
+        stores[entry.store].append(entry.score)
+    return {store: sorted(scores, reverse=True)[min(CROWD_RANK, len(scores) - 1)] for store, scores in stores.items()}
+
+
+def stand_out(entries: Iterable[Ranked], crowds: Mapping[str, float]) -> dict[str, float]:
+    """Each entry's similarity plus `STAND_OUT_WEIGHT` times its lead over its store's crowd, by id (the
+    first of an id counts); in a store with no crowd, an entry is its own."""
     scores: dict[str, float] = {}
-    for entry in (*(entry for members in stores.values() for entry in members), *others):
+    for entry in entries:
         crowd = crowds.get(entry.store, entry.score)
         scores.setdefault(entry.id, entry.score + STAND_OUT_WEIGHT * (entry.score - crowd))
     return scores

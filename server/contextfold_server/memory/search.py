@@ -144,7 +144,10 @@ class MemorySearcher:
         then the best ones' session neighbours read, and each entry pulled toward a better neighbour
         (`ranking.pulled_by_neighbours`). Best first."""
         found = {c.id: c for c in (*words, *nearest)}
-        scores = ranking.with_words(ranking.stand_out_scores(nearest, words), {c.id: c.lexical or 0.0 for c in words})
+        crowds = ranking.crowds(nearest)
+        scores = ranking.with_words(
+            ranking.stand_out([*nearest, *words], crowds), {c.id: c.lexical or 0.0 for c in words}
+        )
         best = sorted(scores, key=lambda entry: -scores[entry])[: ranking.NEIGHBOURS_OF * query.limit]
         in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
         if in_sessions:
@@ -153,7 +156,7 @@ class MemorySearcher:
             )
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
-            scores = ranking.stand_out_scores(nearest, neighbours) | scores
+            scores = ranking.stand_out(neighbours, crowds) | scores
             scores = ranking.pulled_by_neighbours(scores, beside)
         return sorted(found.values(), key=lambda c: -scores[c.id])
 

@@ -52,6 +52,8 @@ RECOUNT_SECONDS = 5.0
 _BUILD_LOCK = 0x76696478  # "vidx"
 # One index per dimension for every namespace, as releases before own indexes built them.
 _SHARED_INDEX = re.compile(r"memories_hnsw_\d+")
+# The start-up pass, queued as a namespace and dimension are.
+_START_UP = ("", 0)
 
 
 def index_name(namespace: str, dimension: int) -> str:
@@ -96,7 +98,7 @@ class VectorIndexes:
         """At start-up, in the background: the index of every namespace past the size that has none (or
         an invalid one); then the indexes shared by every namespace, as earlier releases kept, dropped."""
         self._ensure_worker()
-        self._due[("", 0)] = False  # the start-up pass, first in line
+        self._due[_START_UP] = False  # first in line
         self._wake.set()
 
     async def close(self) -> None:
@@ -123,34 +125,37 @@ class VectorIndexes:
                 key = next(iter(self._due))
                 forced = self._due.pop(key)
                 try:
-                    if key == ("", 0):
+                    if key == _START_UP:
                         await self._start_up()
-                    else:
-                        await self._settle(key, forced)
+                        continue
+                    if not forced:
+                        # A write tells of its growth before it commits: counted once it has.
+                        await asyncio.sleep(COUNT_AFTER_SECONDS)
+                    async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+                        ready = await self._settle(conn, key, forced)
+                    if forced and not ready:
+                        # Another worker or replica holds the build lock: whoever waits for this index waits on.
+                        await asyncio.sleep(1.0)
+                        self._queue(key, forced=True)
                 except (psycopg.Error, OSError) as error:
                     # Searches stay exact, and right; the next write past the size, or the next start, tries again.
                     logger.warning("namespace=<%s>, dimension=<%d>, reason=<%s> | no vector index", *key, error)
                     self._finish(key, error)
 
-    async def _settle(self, key: tuple[str, int], forced: bool) -> None:
+    async def _settle(self, conn: psycopg.AsyncConnection, key: tuple[str, int], forced: bool) -> bool:
         """Count the namespace's entries of the dimension and build its index if they reach the size (with
-        `forced`, whatever their number)."""
+        `forced`, whatever their number), on `conn`: whether the index is ready (not when the entries are
+        fewer, or another build holds the lock)."""
         namespace, dimension = key
-        if not forced:
-            await asyncio.sleep(COUNT_AFTER_SECONDS)
         self._counted[key] = asyncio.get_running_loop().time()
-        async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
-            if await _valid(conn, index_name(namespace, dimension)) or (
-                (forced or await _entries(conn, namespace, dimension, self._size) >= self._size)
-                and await self._build(conn, namespace, dimension)
-            ):
-                self._ready.add(key)
-                self._finish(key)
-                return
-        if forced:
-            # Another worker or replica holds the build lock: whoever waits for this index waits on.
-            await asyncio.sleep(1.0)
-            self._queue(key, forced=True)
+        if await _valid(conn, index_name(namespace, dimension)) or (
+            (forced or await _entries(conn, namespace, dimension, self._size) >= self._size)
+            and await self._build(conn, namespace, dimension)
+        ):
+            self._ready.add(key)
+            self._finish(key)
+            return True
+        return False
 
     def _finish(self, key: tuple[str, int], error: BaseException | None = None) -> None:
         waiting = self._built.pop(key, None)
@@ -199,7 +204,7 @@ class VectorIndexes:
                     cursor = await conn.execute(f"SELECT DISTINCT dimension FROM {SCHEMA}.stores")
                     dimensions = [row[0] for row in await cursor.fetchall()]
                 for dimension in dimensions:
-                    await self._settle((namespace, dimension), forced=False)
+                    await self._settle(conn, (namespace, dimension), forced=False)
             cursor = await conn.execute(
                 "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                 " WHERE n.nspname = %s AND c.relkind = 'i' AND c.relname LIKE 'memories\\_hnsw\\_%%'",
