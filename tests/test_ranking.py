@@ -515,3 +515,33 @@ def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client
     place_apart = [entry.id for entry in apart.report.entries].index(f"{prefix}-alone-3")
     assert place_within < place_apart, "the reply that says when rises toward the question that names the class"
     assert place_within == 3, "right after the three turns about the class"
+
+
+def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousand(
+    client: Client, make_store
+) -> None:
+    """Past 1,000 entries the words are weighed from a sample of them: a name no sampled entry holds is
+    still counted among them all, and still finds the entry that holds it."""
+    store = make_store("notes")
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(1_200, 384))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for start in range(0, 1_200, 400):
+        client.add_memories(
+            store,
+            [
+                {"content": f"Weekly sync {n}: the team reviewed the plan and the open tickets.", "vector": v.tolist()}
+                for n, v in enumerate(vectors[start : start + 400], start)
+            ],
+        )
+    prefix = unique("late")
+    (vector,) = rng.normal(size=(1, 384))
+    client.add_memories(
+        store,
+        [{"id": f"{prefix}-ferry", "content": "Thaddeus booked the ferry to Oslo.", "vector": (vector / 10).tolist()}],
+    )
+    ask = "When does Thaddeus take the ferry?"
+    similarity = client.inject([user(ask)], stores=[store], ranking="similarity")
+    assert f"{prefix}-ferry" not in [entry.id for entry in similarity.report.entries], "not found by meaning"
+    result = client.inject([user(ask)], stores=[store])
+    assert result.report.entries[0].id == f"{prefix}-ferry"

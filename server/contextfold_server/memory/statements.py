@@ -31,6 +31,11 @@ from .records import MemoryRecord, NewMemory, Scope
 SEARCH_SETTINGS = (
     "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
 )
+# A statement that reads entries by key and session order only (the neighbours') has one plan for every
+# call: planned once per connection (a prepared statement's generic plan), not on every call, where
+# planning cost more than running it. One that reads a scope's entries is planned for its values: the
+# generic plan of the words' statement read the whole table to find one user's entries.
+PLANNED_ONCE = {"plan_cache_mode": "force_generic_plan"}
 
 MEMORY_COLUMNS = (
     "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq, update_time, expire_time, version"
@@ -135,44 +140,60 @@ _INDEXED_DISTANCE = "((m.embedding::vector({dim})) <=> %(vector)s)::float8"
 _EXACT_DISTANCE = "(m.embedding <=> %(vector)s)::float8"
 
 
+# The query's words (the entries' `lexemes`: English stemming, names and numbers kept whole), each
+# weighed by how many of the caller's entries hold it, as BM25 weighs a word (ln(1 + (n - holders + 0.5)
+# / (holders + 0.5))), among up to 1,000 of them read (the scope's, `{scoped}`), with their mean length
+# in words; and the words that find entries: those that tell entries apart, held by at most a tenth of
+# those read and at most 200. When the 1,000 are a sample of more, a word held by at most 5 of them is
+# counted by `word_matches` among all, and finds entries if at most 200 hold it. A word most entries
+# hold finds none, though it adds to the score of an entry another word finds.
+_WEIGHED_WORDS = (
+    ", asked_words AS MATERIALIZED ("
+    " SELECT DISTINCT t.lexeme AS word, plainto_tsquery('simple', t.lexeme) AS query"
+    " FROM unnest(to_tsvector('english', %(words)s)) AS t"
+    "), sample AS MATERIALIZED ("
+    " SELECT m.lexemes FROM {memories} m WHERE m.namespace = %(namespace)s"
+    " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})){scoped} LIMIT 1000"
+    "), sampled AS MATERIALIZED ("
+    " SELECT count(*) AS size, coalesce(avg(length(s.lexemes)), 1)::float8 AS mean_length FROM sample s"
+    "), weighed AS MATERIALIZED ("
+    " SELECT w.word, ln(1 + greatest(0, z.size - k.held + 0.5) / (k.held + 0.5))::float8 AS idf,"
+    " CASE WHEN z.size < 1000 THEN k.held BETWEEN 1 AND greatest(5, least(200, z.size / 10))"
+    " ELSE k.held <= 5 END AS finding"
+    " FROM asked_words w CROSS JOIN sampled z"
+    " CROSS JOIN LATERAL (SELECT count(*) AS held FROM sample s WHERE s.lexemes @@ w.query) AS k"
+    "), asked AS MATERIALIZED ("
+    " SELECT array_agg(w.word) AS words, array_agg(w.idf) AS idf, (SELECT mean_length FROM sampled) AS mean_length,"
+    " coalesce(array_agg(w.word) FILTER (WHERE w.finding), '{{}}') AS finding,"
+    " CASE WHEN (SELECT size FROM sampled) < 1000 THEN NULL ELSE 200 END AS most"
+    " FROM weighed w"
+    ")"
+)
+
+
 @functools.lru_cache(maxsize=128)
-def candidates_statement(dimension: int, lexical: str, where: str, each_store: bool, exact: bool = False) -> str:
-    """The statement reading the candidates of rankings that judge each store's, and with `lexical` (a
-    function's name: `word_matches`, `rare_word_matches`) the entries sharing the query's words besides,
-    best first: each entry with its distance, and its words' weight when it shares any. Unless `each_store`
-    (a filter, or one store), each store's nearest come from `nearest_per_store` (migration 11); with it,
-    each store's `per_store` nearest that match the conditions are read by a statement of their own,
-    through the vector index (its iterative scan skips what a filter refuses) or exactly, as its plan
-    for the store decides; with `exact`, always exactly. Composed once per shape."""
-    words = (
-        ", words AS MATERIALIZED ("
-        " SELECT {columns}, ((m.embedding::vector({dim})) <=> %(vector)s)::float8 AS distance,"
-        " matched.weight AS lexical FROM {word_matches}(%(words)s,"
-        " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
-        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS matched"
-        " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = matched.id{where}"
-        ")"
-        if lexical
-        else ""
-    )
+def candidates_statement(dimension: int, where: str, each_store: bool, exact: bool = False) -> str:
+    """The statement reading the candidates of rankings that judge each store's: each store's nearest,
+    each with its distance. Unless `each_store` (a filter, or one store), they come from
+    `nearest_per_store` (migration 11); with it, each store's `per_store` nearest that match the
+    conditions are read by a statement of their own, through the vector index (its iterative scan skips
+    what a filter refuses) or exactly, as its plan for the store decides; with `exact`, always exactly.
+    Composed once per shape."""
     nearest = (
-        " SELECT nearest.*, NULL::float8 AS lexical FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
+        " SELECT nearest.* FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
         " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
         " FROM {memories} m WHERE m.namespace = %(namespace)s AND m.dimension = {dim} AND m.store = s.name"
         " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
         if each_store
         # The function is read where it is called, not through a CTE: a CTE copies what it returns.
-        else " SELECT *, NULL::float8 AS lexical FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
+        else " SELECT * FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
         " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
         " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s)"
     )
     return (
         sql.SQL(
-            _KNOWN_STORES + words + " SELECT " + _KNOWN_ONCE + ","
-            " found.* FROM (SELECT 1) AS one LEFT JOIN ("
-            + nearest
-            + (" UNION ALL SELECT * FROM words" if lexical else "")
-            + ") AS found ON true"
+            _KNOWN_STORES + " SELECT " + _KNOWN_ONCE + ","
+            " found.* FROM (SELECT 1) AS one LEFT JOIN (" + nearest + ") AS found ON true"
         )
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
@@ -180,9 +201,42 @@ def candidates_statement(dimension: int, lexical: str, where: str, each_store: b
             columns=_M_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
-            word_matches=sql.Identifier(SCHEMA, lexical or "word_matches"),
             where=sql.SQL(where),
             distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
+        )
+        .as_string(None)
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> str:
+    """The statement reading up to `%(lexical)s` entries that share the words of `%(words)s` among the
+    stores of the dimension, as `lexical` (a function's name) weighs them: `word_matches` (every word,
+    weighed as BM25 does among the entries of `scoped`, the scope's conditions: `_WEIGHED_WORDS`) or
+    `rare_word_matches` (the rare ones); each entry with its distance and its words' weight (`lexical`).
+    Composed once per shape."""
+    if lexical == "word_matches":
+        matched = (
+            _WEIGHED_WORDS + " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
+            " FROM asked CROSS JOIN {function}(asked.finding, asked.words, asked.idf, asked.mean_length, asked.most,"
+        )
+    else:
+        matched = " SELECT {columns}, {distance} AS distance, matched.weight AS lexical FROM {function}(%(words)s,"
+    return (
+        sql.SQL(
+            _KNOWN_STORES + matched + " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
+            " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS matched"
+            " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = matched.id{where}"
+        )
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            columns=_M_COLUMNS,
+            memories=sql.Identifier(SCHEMA, "memories"),
+            function=sql.Identifier(SCHEMA, lexical),
+            dim=sql.Literal(dimension),
+            where=sql.SQL(where),
+            scoped=sql.SQL(scoped),
+            distance=sql.SQL(_EXACT_DISTANCE),
         )
         .as_string(None)
     )
@@ -192,10 +246,13 @@ def candidates_statement(dimension: int, lexical: str, where: str, each_store: b
 def neighbours_statement(where: str) -> str:
     """The entries written just before and just after each of `%(ids)s` in its store and session (by
     `seq`), within the entries' conditions (`entries_where`), with their distance to `%(vector)s` and the
-    id they are beside (`beside`). Entries in no session have none."""
+    id they are beside (`beside`). Entries in no session have none. Each is one step of the sessions'
+    index (migration 16), whose predicate the statement repeats (`m.session_id <> ''`): the planner
+    does not carry it over from `c`."""
     side = (
         " (SELECT {columns}, (m.embedding <=> %(vector)s)::float8 AS distance FROM {memories} m"
         " WHERE m.namespace = c.namespace AND m.store = c.store AND m.session_id = c.session_id"
+        " AND m.session_id <> ''"
         " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
     )
     return (

@@ -21,13 +21,14 @@ from ..access.quotas import DEFAULT_QUOTA, Quota, over_quota
 from ..engine.filters import Filter
 from ..engine.memory import SearchQuery
 from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from ..postgres.pool import Connection, Database, NamespaceConnection, Params, Query
+from ..postgres.pool import Connection, Database, NamespaceConnection, Params, Query, Read
 from ..postgres.replicas import Databases
 from ..postgres.schema import SCHEMA
 from .records import UNSCOPED, Candidate, MemoryRecord, NewMemory, Scope, ScoredRecord, StoreRecord
 from .statements import (
     INDEX_FIRST,
     MEMORY_COLUMNS,
+    PLANNED_ONCE,
     STORE_COLUMNS,
     anchored,
     candidates_statement,
@@ -41,6 +42,7 @@ from .statements import (
     once,
     search_statement,
     stored_as_given,
+    words_statement,
 )
 
 # Stores of a namespace use at most this many vector dimensions: each has an index of its own, which
@@ -77,6 +79,10 @@ class PostgresMemoryStore:
     ) -> list[dict[str, Any]]:
         """One read acting for `namespace` (`Database.read`)."""
         return await self._database.read(namespace, query, params, settings)
+
+    async def read_all(self, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
+        """Several reads acting for `namespace`, in one round trip (`Database.read_all`)."""
+        return await self._database.read_all(namespace, reads)
 
     def now(self) -> datetime:
         """What time it is for expiry: an entry is gone from every read the moment this passes its expiry."""
@@ -246,24 +252,24 @@ class PostgresMemoryStore:
             "pool": max(per_store, pool),
             "scope": [scope.user_id, scope.agent_id, scope.session_id],
         }
-        if lexical:
-            params |= {"words": query.text, "lexical": lexical}
         dimension, filtered = len(query.vector), query.filter is not None
         # One store named needs no pass across stores: a statement of its own, planned for its values.
-        statement = candidates_statement(dimension, words if lexical else "", where, filtered or len(query.stores) == 1)
-        rows = await self.read(namespace, statement, params, INDEX_FIRST if filtered else None)
+        nearest = candidates_statement(dimension, where, filtered or len(query.stores) == 1)
+        reads = [Read(nearest, params, INDEX_FIRST if filtered else None)]
+        if lexical:
+            # The words are weighed among the scope's entries, whatever the filter.
+            scoped, _ = entries_where(scope, None, live=False)
+            matching = words_statement(dimension, words, where, scoped)
+            reads.append(Read(matching, params | {"words": query.text, "lexical": lexical}))
+        rows, *matched = await self.read_all(namespace, reads)
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
-        nearest = sum(1 for row in rows if row["id"] is not None and row["lexical"] is None)
-        if filtered and nearest < per_store * searched:
+        if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
             narrowed = where + anchored(query.filter, params)
-            statement = candidates_statement(dimension, words if lexical else "", narrowed, filtered, exact=True)
-            rows = await self.read(namespace, statement, params)
-        found = [
-            Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"])
-            for row in rows
-            if row["id"] is not None
-        ]
+            rows = await self.read(namespace, candidates_statement(dimension, narrowed, filtered, exact=True), params)
+        found = [Candidate(self.record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
+        for row in matched[0] if matched else ():
+            found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
         return known_stores(rows), found
 
     async def neighbours(
@@ -284,6 +290,7 @@ class PostgresMemoryStore:
                 "exclude": sorted(exclude),
                 "live_at": self.now(),
             },
+            PLANNED_ONCE,
         )
         beside: dict[str, set[str]] = defaultdict(set)
         found: dict[str, Candidate] = {}

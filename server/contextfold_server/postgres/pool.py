@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -33,6 +35,22 @@ from .schema import NAMESPACE_SETTING, SERVICE_ROLE
 Connection = psycopg.AsyncConnection[dict[str, Any]]
 Query = str | sql.SQL | sql.Composed
 Params = Sequence[Any] | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Read:
+    """One statement of a read (`Database.read_all`): its text, its parameters, and the settings it
+    runs with, which last the rest of its transaction."""
+
+    query: Query
+    params: Params
+    settings: Mapping[str, str] | None = None
+
+
+@functools.cache
+def _set_all(count: int) -> str:
+    """One statement setting `count` settings for the transaction (names and values as parameters)."""
+    return "SELECT " + ", ".join(["set_config(%s, %s, true)"] * count)
 
 
 @dataclass(frozen=True)
@@ -110,18 +128,27 @@ class Database:
         """The rows of one read acting for `namespace`, in one round trip: the transaction's BEGIN, its
         namespace, `settings` (for this transaction only), the query and the COMMIT go out together
         (pipelined), so the namespace lasts for this transaction only at no more than one round trip's cost."""
+        (rows,) = await self.read_all(namespace, [Read(query, params, settings)])
+        return rows
+
+    async def read_all(self, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
+        """The rows of each of `reads`, in one transaction and one round trip (as `read`): each
+        statement runs after its settings are set, and they last the rest of the transaction."""
         try:
             async with self._turns.turn(namespace), self._pool.connection() as pooled:
                 conn = cast(Connection, pooled)
                 conn.row_factory = dict_row
                 async with conn.pipeline() as pipeline:
                     await self.begin(conn, namespace)
-                    for name, value in (settings or {}).items():
-                        await conn.execute("SELECT set_config(%s, %s, true)", (name, value))
-                    cursor = await conn.execute(query, params)
+                    cursors = []
+                    for read in reads:
+                        if read.settings:
+                            named = list(itertools.chain(*read.settings.items()))
+                            await conn.execute(_set_all(len(read.settings)), named)
+                        cursors.append(await conn.execute(read.query, read.params))
                     await conn.execute("COMMIT")
                     await pipeline.sync()
-                    return await cursor.fetchall()
+                    return [await cursor.fetchall() for cursor in cursors]
         except (psycopg.OperationalError, TimeoutError) as error:
             raise self.refusal(error) from error
 

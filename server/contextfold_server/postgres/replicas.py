@@ -33,7 +33,7 @@ import psycopg
 
 from ..errors import Unavailable
 from .consistency import CALL_POSITION, lsn_value
-from .pool import Database, NamespaceConnection, Params, PoolLimits, Query
+from .pool import Database, NamespaceConnection, Params, PoolLimits, Query, Read
 
 logger = logging.getLogger(__name__)
 
@@ -127,18 +127,24 @@ class Databases:
         self, namespace: str, query: Query, params: Params, settings: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]:
         """One read's rows, from a replica that can serve it, else from the primary."""
+        (rows,) = await self.read_all(namespace, [Read(query, params, settings)])
+        return rows
+
+    async def read_all(self, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
+        """The rows of each of `reads` in one transaction (`Database.read_all`), from a replica that can
+        serve them, else from the primary."""
         replica = self._chosen()
         if replica is not None:
             try:
-                rows = await replica.database.read(namespace, query, params, settings)
+                found = await replica.database.read_all(namespace, reads)
             except (Unavailable, psycopg.Error) as error:
                 self._failed(replica, error)
             else:
                 self._answered(replica.name)
-                return rows
-        rows = await self.primary.read(namespace, query, params, settings)
+                return found
+        found = await self.primary.read_all(namespace, reads)
         self._answered(PRIMARY)
-        return rows
+        return found
 
     def _failed(self, replica: Replica, error: Exception) -> None:
         """A read the replica failed goes to the primary; a replica that is down waits for a check."""
