@@ -17,7 +17,7 @@ GO_READY := $(VENV)/.go-installed
 GO_PACKAGES := golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
 
-.PHONY: install run test proto proto-baseline lint format bench bench-quick bench-soak clean
+.PHONY: install run test proto proto-baseline lint format bench bench-quick bench-soak mesh-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +68,8 @@ test: $(DEV_READY) $(TS_READY) $(GO_READY)
 ## the fan-out; CEL libraries compared; each ranking's recall, MRR and cost on the labelled sets;
 ## filtered search (latency, recall) and update throughput; searches/s with a read replica beside the primary;
 ## one tenant's Inject while another floods the server; a small tenant's search beside a 100,000-entry one;
-## LoCoMo's long conversations, recall of the evidence turns per ranking (when the dataset is beside the project).
+## LoCoMo's long conversations, recall of the evidence turns per ranking (when the dataset is beside the project);
+## a chat completion through Envoy with contextfold as its processor, beside the proxy alone and Inject alone.
 bench: $(BENCH_READY)
 	$(BIN)/python -m bench.retrieval
 	$(BIN)/python -m bench.lifecycle
@@ -80,6 +81,12 @@ bench: $(BENCH_READY)
 	$(BIN)/python -m bench.tenants
 	$(BIN)/python -m bench.locomo
 	$(BIN)/python -m bench.large_tenant
+	$(BIN)/python -m bench.mesh
+
+## mesh-demo: contextfold as Envoy's processor, on loopback: an unmodified OpenAI client's request reaches a
+## stand-in model API with memory folded in (docs/mesh.md).
+mesh-demo: $(DEV_READY)
+	$(BIN)/python examples/mesh.py
 
 ## bench-quick: Inject against its floor at 10,000 entries, in about a minute (CI runs it; no pass/fail on timing).
 bench-quick: $(DEV_READY)

@@ -3,7 +3,9 @@
 Python (grpc_tools) goes to `client/python/contextfold/v1`; TypeScript (buf with
 protoc-gen-es, configured in `client/typescript/buf.gen.yaml`) to
 `client/typescript/src/gen`; Go (buf with protoc-gen-go and protoc-gen-go-grpc, configured in
-`client/go/buf.gen.yaml`) to `client/go/gen`. The stubs are checked in and never edited by hand.
+`client/go/buf.gen.yaml`) to `client/go/gen`; the server's own subset of Envoy's external processing
+API (`server/contextfold_server/mesh/ext_proc.proto`, messages only) beside it. The stubs are
+checked in and never edited by hand.
 `--check` regenerates them into a scratch folder and fails when the result
 differs from what is checked in, so a proto change without `make proto` cannot
 land. The TypeScript generator comes from the package's node_modules (`npm ci`); the Go ones
@@ -31,6 +33,7 @@ TYPESCRIPT_GENERATED = TYPESCRIPT / "src" / "gen"
 GO = ROOT / "client" / "go"
 GO_GENERATED = GO / "gen"
 BUF = Path(sys.executable).parent / "buf"
+MESH = ROOT / "server" / "contextfold_server" / "mesh"
 
 
 def generate(out_root: Path) -> Path:
@@ -53,6 +56,17 @@ def generate(out_root: Path) -> Path:
     package = out_root / "contextfold" / "v1"
     (package / "__init__.py").write_text('"""Generated from protos/contextfold/v1 by `make proto`; do not edit."""\n')
     return package
+
+
+def generate_mesh(out_root: Path) -> Path:
+    """The processor's messages (`mesh/ext_proc.proto`), generated into `out_root`."""
+    out_root.mkdir(parents=True, exist_ok=True)
+    status = protoc.main(
+        ["grpc_tools.protoc", f"-I{MESH}", f"--python_out={out_root}", f"--pyi_out={out_root}", "ext_proc.proto"]
+    )
+    if status != 0:
+        sys.exit(f"protoc failed with status {status}")
+    return out_root
 
 
 def generate_with_buf(package: Path, generated: Path, out_root: Path) -> Path:
@@ -81,9 +95,11 @@ def main() -> None:
         fresh = generate(Path(scratch) / "python")
         fresh_typescript = generate_with_buf(TYPESCRIPT, TYPESCRIPT_GENERATED, Path(scratch) / "typescript")
         fresh_go = generate_with_buf(GO, GO_GENERATED, Path(scratch) / "go")
+        fresh_mesh = generate_mesh(Path(scratch) / "mesh")
         if args.check:
             stale = (
                 differences(fresh, GENERATED, "*.py*")
+                + differences(fresh_mesh, MESH, "ext_proc_pb2.py*")
                 + differences(fresh_typescript, TYPESCRIPT_GENERATED, "**/*.ts")
                 + differences(fresh_go, GO_GENERATED, "**/*.go")
             )
@@ -97,10 +113,12 @@ def main() -> None:
         for new in fresh.iterdir():
             if new.is_file():
                 shutil.copy2(new, GENERATED / new.name)
+        for new in fresh_mesh.iterdir():
+            shutil.copy2(new, MESH / new.name)
         for fresh_tree, checked_in in ((fresh_typescript, TYPESCRIPT_GENERATED), (fresh_go, GO_GENERATED)):
             shutil.rmtree(checked_in, ignore_errors=True)
             shutil.copytree(fresh_tree, checked_in)
-    places = (GENERATED, TYPESCRIPT_GENERATED, GO_GENERATED)
+    places = (GENERATED, TYPESCRIPT_GENERATED, GO_GENERATED, MESH)
     print(f"generated stubs in {', '.join(str(place.relative_to(ROOT)) for place in places)}")
 
 

@@ -110,3 +110,55 @@ def test_the_istio_example_targets_the_workload() -> None:
     assert set(route["retries"]["retryOn"].split(",")) <= known
     for document in documents(ROOT / "deploy" / "istio" / "contextfold.yaml"):
         assert document["apiVersion"] in ("security.istio.io/v1", "networking.istio.io/v1")
+
+
+def envoy_validates(config: dict | str, tmp_path: Path) -> None:
+    """Envoy itself checks a configuration (`--mode validate`: every field, type and reference)."""
+    from harness.envoy import envoy_binary
+
+    path = tmp_path / "envoy.yaml"
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config))
+    done = subprocess.run(
+        [str(envoy_binary()), "--mode", "validate", "-c", str(path), "--disable-hot-restart"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_standalone_envoy_configuration_is_valid_and_fails_open(tmp_path: Path) -> None:
+    text = (ROOT / "deploy" / "envoy" / "envoy.yaml").read_text()
+    envoy_validates(text, tmp_path)
+    manager = yaml.safe_load(text)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    processor = manager["typed_config"]["http_filters"][0]["typed_config"]
+    assert processor["failure_mode_allow"] is True
+    assert processor["processing_mode"]["request_body_mode"] == "BUFFERED"
+    assert processor["processing_mode"]["response_body_mode"] == "NONE"
+
+
+def test_the_istio_processor_filter_is_one_envoy_accepts(tmp_path: Path) -> None:
+    """The EnvoyFilter's patch, placed in a listener of Envoy's own, with a cluster of the name it points at."""
+    (patch,) = [
+        p["patch"]["value"]
+        for p in documents(ROOT / "deploy" / "istio" / "mesh-processor.yaml")[0]["spec"]["configPatches"]
+    ]
+    cluster = patch["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]
+    assert cluster == "outbound|50051||contextfold.contextfold.svc.cluster.local"
+    standalone = yaml.safe_load((ROOT / "deploy" / "envoy" / "envoy.yaml").read_text())
+    manager = standalone["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager["http_filters"][0] = patch
+    standalone["static_resources"]["clusters"][0]["name"] = cluster
+    standalone["static_resources"]["clusters"][0]["load_assignment"]["cluster_name"] = cluster
+    envoy_validates(standalone, tmp_path)
+    assert patch["typed_config"]["failure_mode_allow"] is True
+
+
+def test_the_envoy_gateway_policy_sends_bodies_to_contextfold_and_fails_open() -> None:
+    policy, grant = documents(ROOT / "deploy" / "envoy-gateway" / "extension-policy.yaml")
+    assert policy["kind"] == "EnvoyExtensionPolicy" and grant["kind"] == "ReferenceGrant"
+    (processor,) = policy["spec"]["extProc"]
+    service = documents(ROOT / "deploy" / "kubernetes" / "service.yaml")[0]
+    ports = {port["port"] for port in service["spec"]["ports"]}
+    assert processor["backendRefs"][0]["name"] == service["metadata"]["name"]
+    assert processor["backendRefs"][0]["port"] in ports
+    assert processor["failOpen"] is True and processor["processingMode"]["request"]["body"] == "Buffered"
+    assert grant["spec"]["to"][0]["name"] == service["metadata"]["name"]

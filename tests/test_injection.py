@@ -81,6 +81,26 @@ def test_an_entry_comes_back_once_the_agent_drops_its_block(client: Client, make
     assert [entry.id for entry in again.report.entries] == [entry.id for entry in first.report.entries]
 
 
+def test_a_block_that_names_no_entries_leaves_out_those_whose_content_it_shows(client: Client, make_store) -> None:
+    """A client that kept only the text it was shown (a plain HTTP client, through the mesh) still gets
+    new entries only: an entry counts as written when its content appears in such a block."""
+    store = make_store()
+    cats = [f"The user's cat is called {name} & loves <boxes>" for name in ("Miso", "Tofu", "Natto")]
+    client.add_memories(store, cats)
+    first = client.inject([user("What are my cats called?")], stores=[store], max_entries=2)
+    shown = first.messages[0]["content"][-1]["injected"]
+    kept = {"injected": {"source": "memory", "text": shown["text"], "entryIds": []}}
+    again = [
+        {"role": "user", "content": [{"text": "What are my cats called?"}, kept]},
+        assistant("Two of them."),
+        user("What are my cats called, all of them?"),
+    ]
+    second = client.inject(again, stores=[store], max_entries=2)
+    assert second.injected
+    firsts, seconds = {e.id for e in first.report.entries}, {e.id for e in second.report.entries}
+    assert len(firsts) == 2 and seconds and not firsts & seconds, "the escaped contents were recognised"
+
+
 def test_injected_text_never_feeds_the_adaptive_query(client: Client, make_store) -> None:
     store = make_store()
     client.add_memories(store, ["The user's bicycle is red"])

@@ -517,9 +517,7 @@ def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client
     assert place_within == 3, "right after the three turns about the class"
 
 
-def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousand(
-    client: Client, make_store
-) -> None:
+def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousand(client: Client, make_store) -> None:
     """Past 1,000 entries the words are weighed from a sample of them: a name no sampled entry holds is
     still counted among them all, and still finds the entry that holds it."""
     store = make_store("notes")

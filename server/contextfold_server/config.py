@@ -91,6 +91,12 @@ class Config:
     purge_interval_seconds: float
     versions_per_entry: int
     own_index_entries: int
+    # Envoy's external processor on the gRPC port (mesh/processor.py): whether it is served, its deadline
+    # for a body, the largest body it reads, and whether every answer says what it did.
+    ext_proc: bool
+    ext_proc_timeout: float
+    ext_proc_max_body_bytes: int
+    ext_proc_outcome_header: bool
 
 
 class _Options:
@@ -205,6 +211,34 @@ def parse_config(argv: list[str] | None = None) -> Config:
         "",
         help="namespaces whose usage the metrics label by name, comma-separated ('*': every one, when the"
         ' tenants are few); the others\' is summed under tenant="other" (`contextfold tenants show` has each)',
+    )
+    option(
+        "--ext-proc",
+        default="off",
+        choices=["on", "off"],
+        help="on: serve Envoy's external processor (envoy.service.ext_proc.v3) on the gRPC port, folding memory"
+        " into the model requests Envoy sends it (docs/mesh.md)",
+    )
+    option(
+        "--ext-proc-timeout-ms",
+        int,
+        150,
+        help="the processor's deadline for a request body, below Envoy's message_timeout (200 ms by default):"
+        " past it the request goes on unchanged",
+    )
+    option(
+        "--ext-proc-max-body-bytes",
+        int,
+        0,
+        help="the largest request body the processor reads; larger ones go on unchanged (default: the gRPC"
+        " message limit, less 64 KiB)",
+    )
+    option(
+        "--ext-proc-outcome-header",
+        default="off",
+        choices=["on", "off"],
+        help="on: answers carry x-contextfold-outcome, what was folded or why not (needs Envoy to send the"
+        " response headers)",
     )
     option("--grace-seconds", float, 10.0, help="on stop, how long calls in flight may take to finish")
     option("--sandbox-workers", int, 2, help="processes that run callers' expressions and templates")
@@ -372,6 +406,10 @@ def parse_config(argv: list[str] | None = None) -> Config:
         purge_interval_seconds=max(0.05, args.purge_interval_seconds),
         versions_per_entry=max(1, args.versions_per_entry),
         own_index_entries=max(1, args.own_index_entries),
+        ext_proc=args.ext_proc == "on",
+        ext_proc_timeout=max(1, args.ext_proc_timeout_ms) / 1000,
+        ext_proc_max_body_bytes=args.ext_proc_max_body_bytes or max(1, args.max_message_bytes - 64 * 1024),
+        ext_proc_outcome_header=args.ext_proc_outcome_header == "on",
     )
 
 

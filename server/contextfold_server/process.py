@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import signal
+import tempfile
 from collections.abc import AsyncIterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -38,6 +40,7 @@ from .api.call import CallLimits
 from .api.pipeline import CallPipeline
 from .api.readiness import Readiness
 from .config import Config, default_quota
+from .mesh.processor import ExternalProcessor, MeshLimits
 from .observe.logs import configure_logging
 from .observe.loop_lag import LoopLagMonitor
 from .observe.metrics import Metrics
@@ -46,7 +49,7 @@ from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
 from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
-from .wiring import Services, Shared, build, grpc_server
+from .wiring import Services, Shared, build, grpc_server, server_options
 
 logger = logging.getLogger("contextfold")
 
@@ -81,6 +84,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     limits = CallLimits(config.max_call_seconds, config.stream_idle_seconds)
     pipeline = CallPipeline(metrics, admission, quotas, usage, keys, readiness, lag, limits)
     server = grpc_server(config, pipeline, shared.port)
+    mesh = _Mesh(config, server, metrics) if config.ext_proc else None
     pending = {name: _Pending(service) for service, _, name in SERVICES}
     for service, stubs, name in SERVICES:
         getattr(stubs, f"add_{service.name}Servicer_to_server")(pending[name], server)
@@ -128,10 +132,30 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         # The drain the operator asked for: balancers and meshes see NOT_SERVING and stop sending calls.
         await asyncio.sleep(config.drain_seconds)
         await server.stop(config.grace_seconds)
+        if mesh is not None:
+            await mesh.close()
         await lag.close()
         following.cancel()
     stop_tracing()
     logger.info("stopped | worker=<%d>", worker)
+
+
+class _Mesh:
+    """Envoy's external processor, served beside contextfold's services, and the socket of the worker's
+    own through which it calls them (no TLS, no network: a folder only this process's user may enter)."""
+
+    def __init__(self, config: Config, server: grpc.aio.Server, metrics: Metrics) -> None:
+        self._folder = tempfile.mkdtemp(prefix="contextfold-api-")
+        address = f"unix:{self._folder}/api.sock"
+        server.add_insecure_port(address)
+        self._channel = grpc.aio.insecure_channel(address, options=server_options(config))
+        limits = MeshLimits(config.ext_proc_timeout, config.ext_proc_max_body_bytes, config.ext_proc_outcome_header)
+        processor = ExternalProcessor(lambda: self._channel, limits, metrics.mesh_requests)
+        server.add_generic_rpc_handlers((processor.handler(),))
+
+    async def close(self) -> None:
+        await self._channel.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
 
 
 class _Pending:

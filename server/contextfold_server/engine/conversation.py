@@ -78,3 +78,9 @@ def injected_entry_ids(turns: Sequence[Turn], source: str) -> frozenset[str]:
     return frozenset(
         entry_id for turn in turns for ref in turn.injected if ref.holds(source) for entry_id in ref.entry_ids
     )
+
+
+def shown_texts(turns: Sequence[Turn], source: str) -> tuple[str, ...]:
+    """The text of every block from `source` that names no entries (a client that sent back only the
+    text it was shown, as a plain HTTP client does): its entries are known by their content alone."""
+    return tuple(ref.text for turn in turns for ref in turn.injected if ref.holds(source) and not ref.entry_ids)

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from .conversation import Turn, injected_entry_ids
+from .conversation import Turn, injected_entry_ids, shown_texts
 from .entries import RetrievedEntry
 from .filters import Filter
-from .format import MemoryFormat
+from .format import MemoryFormat, escape_xml_text
 from .gate import Customizer, Gate, Skipped, SkipReason
 from .outcome import SourceFailed, SourceOutcome
 from .query import adaptive_query
@@ -24,6 +24,8 @@ from .ranking import Ranking
 from .trigger import Trigger
 
 MEMORY_SOURCE = "memory"
+# The most entries more a search asks for, to leave out those a block shows by their text alone.
+MAX_SHOWN_LINES = 50
 
 Found = TypeVar("Found")
 
@@ -131,12 +133,14 @@ async def retrieve_memory(
     outcome.query = query
 
     # Entries still shown in the conversation are excluded in the search itself,
-    # so the model gets up to max_entries new ones rather than fewer.
+    # so the model gets up to max_entries new ones rather than fewer. Those shown by their text alone
+    # are left out after it, from as many more as their blocks have lines (one an entry, at most).
+    shown = shown_texts(turns, MEMORY_SOURCE)
     search_query = SearchQuery(
         text=query,
         vector=request.query_vector,
         stores=request.stores,
-        limit=request.max_entries,
+        limit=request.max_entries + min(MAX_SHOWN_LINES, sum(text.count("\n") + 1 for text in shown)),
         min_score=request.min_score,
         exclude_ids=injected_entry_ids(turns, MEMORY_SOURCE),
         ranking=request.ranking,
@@ -150,10 +154,21 @@ async def retrieve_memory(
     # One store that cannot be searched leaves only itself out, as the reference does.
     outcome.notes = result.left_out + result.notes
     outcome.ranking = result.ranking
-    entries = [entry for entry in result.entries if entry.id not in search_query.exclude_ids][: request.max_entries]
+    entries = [
+        entry
+        for entry in result.entries
+        if entry.id not in search_query.exclude_ids and not is_shown(entry.content, shown)
+    ][: request.max_entries]
     if not entries:
         raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
     return tuple(entries)
+
+
+def is_shown(content: str, texts: Sequence[str]) -> bool:
+    """Whether an entry's content appears in one of `texts` (blocks shown earlier), as written or as the
+    default format escapes it: then it counts as written, and is not injected again."""
+    escaped = escape_xml_text(content)
+    return any(content in text or escaped in text for text in texts)
 
 
 def _no_query(request: MemoryRequest) -> str:

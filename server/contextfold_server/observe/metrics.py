@@ -169,6 +169,13 @@ class Metrics:
             ["tenant", "kind"],
             registry=self.registry,
         )
+        self.mesh_requests = Counter(
+            "contextfold_mesh_requests",
+            "Requests Envoy's external processor saw, by the API's shape and outcome: folded, or why they went on"
+            " unchanged (not_a_route, bad_setting, bad_body, not_injected, refused, timeout, error)",
+            ["shape", "outcome"],
+            registry=self.registry,
+        )
         self.idle_streams = Counter(
             "contextfold_streams_ended_idle",
             "Streams ended because they moved nothing for too long: no request came, or no answer was read",
