@@ -34,8 +34,6 @@ def main() -> None:
             with Client(server.address) as cf:
                 cf.create_store("prefs", description="what the user likes")
                 cf.add_memories("prefs", [{"content": "Ada's favourite colour is teal.", "user_id": "ada"}])
-                # A fresh server's first Inject loads what it needs; later ones take milliseconds.
-                cf.inject([{"role": "user", "content": [{"text": "warm up"}]}], stores=["prefs"])
             envoy = Envoy(EnvoySetup(model.port, int(server.address.rsplit(":", 1)[1])))
 
             agent = openai.OpenAI(base_url=f"{envoy.origin}/v1", api_key="sk-your-real-key")

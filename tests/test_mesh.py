@@ -84,8 +84,6 @@ def mesh(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory, slow_prov
         with Client(server.address, timeout=60, api_key=key) as cf:
             cf.create_store(store, description="facts about people")
             cf.add_memories(store, [{"id": f"{name}-{unique('n')}", "content": text} for name, text in notes.items()])
-            # The first Inject of a fresh server takes longer than Envoy waits: a mesh's replicas are warm.
-            cf.inject([{"role": "user", "content": [{"text": QUESTION}]}], stores=[store])
     with Client(server.address, timeout=60, api_key=slow) as cf:
         cf.register_provider("hanging", f"127.0.0.1:{slow_provider}")
     model = ModelAPIs()

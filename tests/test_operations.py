@@ -344,3 +344,25 @@ def test_ctrl_c_in_a_terminal_stops_the_server_and_its_workers_cleanly(
         assert '"message": "stopped"' in server.log()
     finally:
         server.stop()
+
+
+def test_a_fresh_worker_warms_up_before_it_serves_so_its_first_inject_waits_on_nothing_to_load(
+    tmp_path: Path, fresh_postgres: Postgres
+) -> None:
+    """The tokens' encoding (about 150 ms to load), the model's first runs and each pooled connection's
+    first plans happen before health says SERVING, not in the first caller's time."""
+    server = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url)
+    try:
+        log = server.log()
+        assert "warmed up" in log and log.index("warmed up") < log.index("serving on"), log
+        with Client(server.address, timeout=30) as cf:
+            cf.create_store("notes")
+            cf.add_memories("notes", [{"content": "Ana's dog is Biscuit.", "vector": [0.1] * 384}])
+            first = cf.inject([{"role": "user", "content": [{"text": "What is Ana's dog called?"}]}], stores=["notes"])
+        assert first.injected
+        stages = {name: value.ToNanoseconds() / 1e6 for name, value in first.report.stage_durations.items()}
+        # Loose bounds (the first call used to load the encoding in its fold, 150 ms or more).
+        assert stages["fold"] < 50, stages
+        assert stages["total"] < 250, stages
+    finally:
+        server.stop()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import shutil
 import signal
@@ -112,6 +113,10 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
             for name, target in pending.items():
                 target.target = getattr(services, name)
             databases.extend(services.databases)
+            # What start-up built (the model, the pools, the caches, the modules) lives as long as the worker:
+            # frozen out of the collector, so no collection walks it again and a pause stays short.
+            gc.collect()
+            gc.freeze()
             await readiness.serving()
             reports.send(Serving(services.embedder.name, services.embedder.dimension))
             telling = asyncio.create_task(_tell_admission(admission, reports, metrics))

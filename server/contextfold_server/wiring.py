@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,13 @@ from .api.requests import Capabilities
 from .config import Config
 from .customize.sandbox import Sandbox
 from .embedding.batching import BatchingEmbedder
+from .engine.memory import SearchQuery
 from .engine.ranking import Ranking
+from .errors import ServiceError
 from .memory.expiry import purge_expired
 from .memory.extractor import Extractor
 from .memory.lifecycle import MemoryLifecycle
-from .memory.records import ScopedIds
+from .memory.records import UNSCOPED, ScopedIds
 from .memory.remember import Rememberer
 from .memory.reranker import Reranker
 from .memory.search import MemorySearcher
@@ -50,6 +53,7 @@ from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
 from .providers.fanout import ProviderChannels
 from .providers.registry import ProviderDirectory, ProviderRepository
+from .tokens import count_tokens
 
 logger = logging.getLogger("contextfold")
 
@@ -156,6 +160,7 @@ async def build(
         reranker=reranker is not None, extractor=extractor is not None, embedding_dimension=embedder.dimension
     )
     page_tokens = PageTokens(secret)
+    await warm_up(embedder, searcher, database.min_size)
     return Services(
         injection=InjectionServicer(searcher, directory, channels, sandbox, capabilities),
         memory=MemoryServicer(
@@ -172,6 +177,32 @@ async def build(
         embedder=embedder,
         databases=[database, *(replica.database for replica in reading.replicas)],
     )
+
+
+# The namespace the warm-up searches act for: no key can name it (`~`), so it holds nothing.
+WARM_UP_NAMESPACE = "~warm-up"
+
+
+async def warm_up(embedder: BatchingEmbedder, searcher: MemorySearcher, connections: int) -> None:
+    """What a fresh worker's first calls would otherwise wait on, done before it serves: the tokens'
+    encoding loaded (about 150 ms), the model's first runs, and on each pooled connection the catalog
+    read and the search statements planned (each ranking's, with words)."""
+    started = time.perf_counter()
+    await asyncio.to_thread(count_tokens, "warm up")
+    await embedder.warm()
+    vector = (1.0,) + (0.0,) * (embedder.dimension - 1)
+    query = SearchQuery("warm up", vector, stores=(), limit=5, min_score=None, exclude_ids=frozenset())
+    searches = [
+        searcher.search(WARM_UP_NAMESPACE, UNSCOPED, replace(query, ranking=ranking))
+        for ranking in (Ranking.SIMILARITY, Ranking.STORE_AWARE, Ranking.HYBRID)
+        for _ in range(connections)
+    ]
+    try:
+        await asyncio.gather(*searches)
+    except (ServiceError, psycopg.Error) as error:
+        # Warming is for speed: a worker whose warm-up failed still serves, and its first calls say why.
+        logger.warning("reason=<%s> | the warm-up searches failed | serving anyway", error)
+    logger.info("warmed up | seconds=<%.3f>", time.perf_counter() - started)
 
 
 async def open_embedder(

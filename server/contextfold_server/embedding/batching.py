@@ -70,6 +70,12 @@ class BatchingEmbedder:
         self.texts_embedded = 0
         self.cache_hits = 0
 
+    async def warm(self) -> None:
+        """Run the model once on a query and once on a small batch (its first runs allocate what later ones
+        reuse), for no tenant: nothing is counted or cached."""
+        await self._inner.embed(["What did we decide about the launch last week?"])
+        await self._inner.embed([f"A note, number {n}, about the plan." for n in range(8)])
+
     async def embed(self, texts: list[str], tenant: str = "") -> list[list[float]]:
         """The texts' vectors, in order, the texts not cached waiting for `tenant`'s turns in the batches."""
         new = [text for text in dict.fromkeys(texts) if text not in self._cache and text not in self._pending]

@@ -189,6 +189,11 @@ class Database:
         if self._checking is None or self._checking.done():
             self._checking = asyncio.get_running_loop().create_task(self._pool.check())
 
+    @property
+    def min_size(self) -> int:
+        """The connections the pool keeps open, idle or not."""
+        return self._pool.min_size
+
     def stats(self) -> dict[str, int]:
         """The pool's size and use, for metrics."""
         stats = self._pool.get_stats()
