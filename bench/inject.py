@@ -18,6 +18,10 @@ so ratios hold on any machine:
   search alone, the embedding alone), so a noisy machine's drift touches both alike;
 - a peer: mem0's in-process `Memory.search` on the same entries, in the same Postgres,
   with the same model on PyTorch (bench/mem0.py; not with --quick);
+- the server's CPU per `Inject` (every process of it, from /proc, over 800 calls with supplied
+  vectors), beside a bare `grpc.aio` echo server's per call for a request of the same size;
+- a server started fresh on the same data: its first `Inject`, then its next calls' p50;
+- the stages the server reports (embed, search, rank, fold) at p50, p95 and p99;
 - bulk `AddMemories` with supplied vectors (the fill) and with server embedding;
 - recall@5 of the indexed search against exact search, unscoped and scoped to a user;
 - with `--soak SECONDS`, the server's resident memory (every process of it) under steady mixed load.
@@ -40,6 +44,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -58,7 +64,8 @@ from pgvector.psycopg import register_vector, register_vector_async
 
 from bench import corpus, mem0
 from bench.fanout import percentile
-from harness.servers import Postgres, ServerProcess, provider_fixtures, start_server
+from harness.echo_server import METHOD as ECHO_METHOD
+from harness.servers import Postgres, ServerProcess, provider_fixtures, start_server, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -343,15 +350,16 @@ async def inject_rows(
 ) -> list[Row]:
     rows: list[Row] = []
     queries = data.queries
-    stages: dict[str, list[float]] = {"embed": [], "search": []}
+    stages: dict[str, list[float]] = {"embed": [], "search": [], "rank": [], "fold": []}
 
     supplied = supplied_vector(clients, data)
 
     async def embedded(n: int) -> object:
         result = await clients[n % len(clients)].inject(fresh_question(data, n), stores=[STORE])
         for stage, samples in stages.items():
-            duration = result.report.stage_durations[stage]
-            samples.append(duration.seconds + duration.nanos / 1e9)
+            duration = result.report.stage_durations.get(stage)
+            if duration is not None:
+                samples.append(duration.seconds + duration.nanos / 1e9)
         return result
 
     def scoped(n: int) -> Awaitable[object]:
@@ -378,7 +386,8 @@ async def inject_rows(
         if call is embedded:
             # The server's own account of the same calls: the time inside `Inject` its stages took.
             for stage, times in stages.items():
-                rows.append(row(f"  its {stage} stage, as the server reports", entries, 1, times, sum(samples)))
+                if times:
+                    rows.append(row(f"  its {stage} stage, as the server reports", entries, 1, times, sum(samples)))
         samples, seconds = await timed(call, 16, calls * 4)
         rows.append(row(name, entries, 16, samples, seconds))
 
@@ -531,6 +540,23 @@ def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict |
             f" {share:.2f} x, {verdict(share, 0.7, at_most=False)} ({embedded.per_second:g}/s; the model alone,"
             f" {BATCH} at a time on every core, {batch_rate:g} texts/s)"
         )
+    first, steady = find("Inject, first call on a fresh server"), find("Inject, that server's next 40 calls")
+    if first and steady:
+        share = first.p50_ms / steady.p50_ms
+        lines.append(
+            f"{largest:,} entries, first Inject on a fresh server <= 2 x its steady p50: {share:.2f} x,"
+            f" {verdict(share, 2.0)} ({first.p50_ms:g} ms; then {steady.p50_ms:g} ms)"
+        )
+    ours, bare = (
+        find("server CPU ms per Inject, supplied vector (4 callers)", 4),
+        find("bare grpc.aio echo CPU ms per call (4 callers)", 4),
+    )
+    if ours and bare:
+        share = ours.p50_ms / bare.p50_ms
+        lines.append(
+            f"{largest:,} entries, server CPU per Inject (supplied vector) <= 2.5 x a bare grpc.aio call's:"
+            f" {share:.2f} x, {verdict(share, 2.5)} ({ours.p50_ms:g} ms; echo {bare.p50_ms:g} ms)"
+        )
     scoped = must("SearchMemories, scoped to 1 user of 100")
     lines += [
         f"Scoped search, {largest:,} entries, recall@5 >= 0.95 and p99 <= 20 ms:"
@@ -551,11 +577,11 @@ def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict |
 
 
 def table(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict | None) -> str:
-    lines = [f"{'case':44} {'entries':>8} {'callers':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'per s':>8}"]
+    lines = [f"{'case':54} {'entries':>8} {'callers':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'per s':>8}"]
     # By size, the floor first; in the order measured otherwise.
     for r in sorted(rows, key=lambda r: (r.entries, not r.case.startswith("floor"))):
         lines.append(
-            f"{r.case:44} {r.entries:>8} {r.callers:>7} {r.p50_ms:>8.2f} {r.p95_ms:>8.2f} {r.p99_ms:>8.2f}"
+            f"{r.case:54} {r.entries:>8} {r.callers:>7} {r.p50_ms:>8.2f} {r.p95_ms:>8.2f} {r.p99_ms:>8.2f}"
             f" {r.per_second:>8.1f}"
         )
     for entries, values in recall.items():
@@ -614,6 +640,97 @@ async def one_worker_row(args: argparse.Namespace, database_url: str, data: Data
     return row("Inject, supplied vector, 1 worker", entries, 16, samples, seconds)
 
 
+async def first_call_rows(args: argparse.Namespace, database_url: str, data: Data, entries: int) -> list[Row]:
+    """A server started fresh on the same database, as an autoscaled replica is: its first `Inject`
+    (server embedding, a question it has not seen), then its next calls' p50."""
+    with tempfile.TemporaryDirectory() as scratch:
+        server = start_server(Path(scratch) / "server.log", "--database-url", database_url, workers=args.workers)
+        try:
+            async with AsyncClient(server.address, timeout=120) as cf:
+
+                async def ask(n: int) -> object:
+                    return await cf.inject(fresh_question(data, 10_000 + n), stores=[STORE])
+
+                first, _ = await timed(ask, 1, 1)
+                steady, seconds = await timed(lambda n: ask(n + 1), 1, 40)
+        finally:
+            server.stop()
+    return [
+        row("Inject, first call on a fresh server", entries, 1, first, sum(first)),
+        row("Inject, that server's next 40 calls", entries, 1, steady, seconds),
+    ]
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds (user and system) of `pid` and every process under it, from /proc."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, grown = {pid}, True
+    while grown:
+        children = {child for child, parent in parents.items() if parent in tree} - tree
+        grown = bool(children)
+        tree |= children
+    return sum(used.get(member, 0.0) for member in tree)
+
+
+async def cpu_rows(clients: list[AsyncClient], data: Data, server_pid: int, entries: int) -> list[Row]:
+    """CPU per call, every process of the server, over a fixed load (supplied vectors, 4 callers), beside
+    a bare `grpc.aio` echo server's per call for a request of the same size, in the same run."""
+    calls = 800
+    supplied = supplied_vector(clients, data)
+    await timed(supplied, 4, 40)
+    before = process_tree_cpu(server_pid)
+    await timed(supplied, 4, calls)
+    ours = (process_tree_cpu(server_pid) - before) / calls
+    request = InjectRequestBytes.of(data)
+    echo = subprocess.Popen([sys.executable, "-m", "harness.echo_server"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(echo.stdout.readline()) if echo.stdout else 0
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary(ECHO_METHOD)
+
+            async def echoed(n: int) -> object:
+                return await call(request)
+
+            await timed(echoed, 4, 40)
+            before = process_tree_cpu(echo.pid)
+            await timed(echoed, 4, calls)
+            bare = (process_tree_cpu(echo.pid) - before) / calls
+    finally:
+        terminate(echo)
+    cpu = [
+        Row("server CPU ms per Inject, supplied vector (4 callers)", entries, 4, calls, 0, 0, 0, 0),
+        Row("bare grpc.aio echo CPU ms per call (4 callers)", entries, 4, calls, 0, 0, 0, 0),
+    ]
+    for made, seconds in zip(cpu, (ours, bare), strict=True):
+        made.p50_ms = made.p95_ms = made.p99_ms = round(seconds * 1000, 3)
+    return cpu
+
+
+class InjectRequestBytes:
+    """An `Inject` request as the supplied-vector case sends it, serialized: the echo's payload."""
+
+    @staticmethod
+    def of(data: Data) -> bytes:
+        from contextfold.v1 import conversation_pb2, injection_pb2
+
+        message = conversation_pb2.Message(
+            role=conversation_pb2.ROLE_USER, content=[conversation_pb2.ContentBlock(text=ASK[0]["content"][0]["text"])]
+        )
+        memory = injection_pb2.MemoryOptions(stores=[STORE], query_vector=data.queries[0].tolist())
+        return injection_pb2.InjectRequest(messages=[message], memory=memory).SerializeToString()
+
+
 def mem0_row(database_url: str, data: Data, entries: int, calls: int) -> Row:
     """The peer: mem0's in-process search on the same entries (one caller)."""
     found = mem0.search_latency(database_url, data.texts[:entries], data.vectors[:entries], data.questions, calls)
@@ -649,6 +766,12 @@ async def measure(args: argparse.Namespace, server: ServerProcess, database_url:
                 rows += await concurrent_floor_rows(cf, database_url, data, entries, args.calls)
                 rows += await inject_rows(clients, data, floor, entries, args.calls, providers=entries == args.sizes[0])
                 rows.append(await one_worker_row(args, database_url, data, entries))
+                # The fill's dead tuples vacuumed first: an autovacuum of the 10,000 new rows (and their
+                # vector index) in the middle of these would time Postgres' housekeeping, not the server.
+                with psycopg.connect(database_url, autocommit=True) as conn:
+                    conn.execute("VACUUM (ANALYZE) contextfold.memories")
+                rows += await cpu_rows(clients, data, server.process.pid, entries)
+                rows += await first_call_rows(args, database_url, data, entries)
                 if args.peers:
                     rows.append(mem0_row(database_url, data, entries, args.calls))
                 rows.append(fill_row)

@@ -31,11 +31,6 @@ from .records import MemoryRecord, NewMemory, Scope
 SEARCH_SETTINGS = (
     "SET hnsw.ef_search = 100; SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_custom_plan"
 )
-# A statement that reads entries by key and session order only (the neighbours') has one plan for every
-# call: planned once per connection (a prepared statement's generic plan), not on every call, where
-# planning cost more than running it. One that reads a scope's entries is planned for its values: the
-# generic plan of the words' statement read the whole table to find one user's entries.
-PLANNED_ONCE = {"plan_cache_mode": "force_generic_plan"}
 
 MEMORY_COLUMNS = (
     "id, store, content, metadata, user_id, agent_id, session_id, create_time, seq, update_time, expire_time, version"

@@ -28,7 +28,6 @@ from .records import UNSCOPED, Candidate, MemoryRecord, NewMemory, Scope, Scored
 from .statements import (
     INDEX_FIRST,
     MEMORY_COLUMNS,
-    PLANNED_ONCE,
     STORE_COLUMNS,
     anchored,
     candidates_statement,
@@ -290,7 +289,6 @@ class PostgresMemoryStore:
                 "exclude": sorted(exclude),
                 "live_at": self.now(),
             },
-            PLANNED_ONCE,
         )
         beside: dict[str, set[str]] = defaultdict(set)
         found: dict[str, Candidate] = {}

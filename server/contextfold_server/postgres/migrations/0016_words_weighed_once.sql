@@ -6,16 +6,18 @@
 -- each with its BM25 score (k1 0.9, b 0.4) over `p_words` weighed by `p_idf`, as a share of what an
 -- entry holding every word once would score. When the 1,000 read were a sample of more, a finding
 -- word is first counted among all the caller's entries (`p_most`: at most that many holders, or it
--- finds none): the sample's oldest entries can make a common word look rare. Its statements are
--- static, so a session plans them once (the previous function built two statements per call, and
--- planning them cost more than running them). Bounded work, whatever the store's size.
+-- finds none): the sample's oldest entries can make a common word look rare. Its statement is static
+-- and small (the previous function built two large statements per call, and planning them cost more
+-- than running them), planned for each call's values: a plan made once would be made for the table as
+-- the session first saw it, and one made on a table still empty read every entry of a full one.
+-- Bounded work, whatever the store's size.
 DROP FUNCTION contextfold.word_matches(text, text[], text[], text, text, text, integer);
 CREATE FUNCTION contextfold.word_matches(
     p_finding text[], p_words text[], p_idf float8[], p_mean_length float8, p_most integer, p_stores text[],
     p_exclude text[], p_user_id text, p_agent_id text, p_session_id text, p_limit integer
 ) RETURNS TABLE (id text, weight float8)
 LANGUAGE sql STABLE ROWS 20 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_custom_plan SET enable_seqscan = off
 AS $function$
     WITH finding AS MATERIALIZED (
         SELECT plainto_tsquery('simple', f.word) AS query FROM unnest(p_finding) AS f(word)
