@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -428,9 +429,14 @@ async def bulk_embedded(cf: AsyncClient, entries: int, count: int) -> Row:
 
 
 def fresh_question(data: Data, n: int) -> list[dict]:
-    """A question no call asked before, so the embedding cache never answers for it."""
-    text = f"{data.questions[n % len(data.questions)]} (call {time.time_ns()})"
+    """A question no call asked before, so the embedding cache never answers for it: marked as the
+    floor's are (`Floor.embed`, "(floor N)"), so the model embeds as many tokens either way."""
+    text = f"{data.questions[n % len(data.questions)]} (call {next(_ASKED)})"
     return [{"role": "user", "content": [{"text": text}]}]
+
+
+# Every fresh question's number, once each in a run.
+_ASKED = itertools.count()
 
 
 def resident_mb(pid: int) -> float:
@@ -539,6 +545,13 @@ def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict |
             f"{entries:,} entries, 16 callers, server embedding, Inject/s >= 0.7 x the model's batched texts/s:"
             f" {share:.2f} x, {verdict(share, 0.7, at_most=False)} ({embedded.per_second:g}/s; the model alone,"
             f" {BATCH} at a time on every core, {batch_rate:g} texts/s)"
+        )
+    inside, alone = find("  its embed stage, as the server reports"), find("floor: embedding alone")
+    if inside and alone:
+        share = inside.p50_ms / alone.p50_ms
+        lines.append(
+            f"{largest:,} entries, the model inside a worker <= 1.2 x the model alone at one query: {share:.2f} x,"
+            f" {verdict(share, 1.2)} ({inside.p50_ms:g} ms; alone {alone.p50_ms:g} ms)"
         )
     first, steady = find("Inject, first call on a fresh server"), find("Inject, that server's next 40 calls")
     if first and steady:
