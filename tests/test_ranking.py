@@ -543,3 +543,36 @@ def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousan
     assert f"{prefix}-ferry" not in [entry.id for entry in similarity.report.entries], "not found by meaning"
     result = client.inject([user(ask)], stores=[store])
     assert result.report.entries[0].id == f"{prefix}-ferry"
+
+
+def test_the_words_are_found_through_their_index_whatever_a_connection_asked_first(postgres: Postgres) -> None:
+    """`word_matches` is planned for each call's values: a plan kept from a connection's first call (the
+    warm-up's, which names no word and no store) read every entry of a full namespace to find one word."""
+    asyncio.run(migrate(postgres.url))
+    with psycopg.connect(postgres.url, autocommit=True) as owner:
+        owner.execute(
+            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES ('words', 's', '', 3)"
+        )
+        owner.execute(
+            "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
+            " SELECT 'words', 'm' || g, 's', CASE WHEN g = 7 THEN 'Thaddeus booked the ferry'"
+            " ELSE 'a note about the plan number ' || g END, 3, '[1,0,0]' FROM generate_series(1, 10000) AS g"
+        )
+        owner.execute("ANALYZE contextfold.memories")
+    call = "SELECT * FROM contextfold.word_matches(%s, %s, %s, 5.0, %s, %s, array[]::text[], '', '', '', 20)"
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', '~warm-up', true)")
+        conn.execute(call, ([], None, None, None, [])).fetchall()
+        conn.commit()
+        conn.execute("SELECT set_config('contextfold.namespace', 'words', true)")
+        found = conn.execute(call, (["thaddeus"], ["thaddeus", "ferri"], [5.0, 3.0], 200, ["s"])).fetchall()
+        read = dict(
+            conn.execute(
+                "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) FROM pg_class c"
+                " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
+            ).fetchall()
+        )
+    assert [memory_id for memory_id, _ in found] == ["m7"]
+    assert "memories_lexemes" in read, read
+    assert sum(read.values()) < 100, f"the entries read through each index: {read}"

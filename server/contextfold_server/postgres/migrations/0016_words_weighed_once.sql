@@ -8,8 +8,8 @@
 -- word is first counted among all the caller's entries (`p_most`: at most that many holders, or it
 -- finds none): the sample's oldest entries can make a common word look rare. Its statement is static
 -- and small (the previous function built two large statements per call, and planning them cost more
--- than running them), planned for each call's values: a plan made once would be made for the table as
--- the session first saw it, and one made on a table still empty read every entry of a full one.
+-- than running them), planned for each call's values: a plan made once, at a session's first call
+-- (one naming no word and no store), read every entry of a full namespace to find one word.
 -- Bounded work, whatever the store's size.
 DROP FUNCTION contextfold.word_matches(text, text[], text[], text, text, text, integer);
 CREATE FUNCTION contextfold.word_matches(
