@@ -576,3 +576,26 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
     assert [memory_id for memory_id, _ in found] == ["m7"]
     assert "memories_lexemes" in read, read
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
+
+
+def test_a_filtered_search_never_brings_in_a_session_neighbour_the_filter_refuses(client: Client, make_store) -> None:
+    store = make_store("talk")
+    prefix, session = unique("turn"), unique("session")
+    turns = [
+        ("Ben: When does the pottery class start?", "public"),
+        ("Ana: Tuesday, at the studio downtown.", "private"),
+        ("Ben: I baked bread all Sunday.", "public"),
+    ]
+    client.add_memories(
+        store,
+        [
+            {"id": f"{prefix}-{n}", "content": text, "session_id": session, "metadata": {"shared": shared}}
+            for n, (text, shared) in enumerate(turns)
+        ],
+    )
+    found = client.search_memories(
+        "When does the pottery class start?", stores=[store], filter={"shared": "public"}, max_results=3
+    )
+    assert [m.memory.id for m in found] and all(m.memory.metadata["shared"] == "public" for m in found), [
+        (m.memory.id, m.memory.metadata["shared"]) for m in found
+    ]

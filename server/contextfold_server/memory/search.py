@@ -151,9 +151,7 @@ class MemorySearcher:
         best = sorted(scores, key=lambda entry: -scores[entry])[: ranking.NEIGHBOURS_OF * query.limit]
         in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
         if in_sessions:
-            neighbours, beside = await self.store.neighbours(
-                namespace, scope, in_sessions, query.vector, query.exclude_ids
-            )
+            neighbours, beside = await self.store.neighbours(namespace, scope, query, in_sessions)
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
             scores = ranking.stand_out(neighbours, crowds) | scores

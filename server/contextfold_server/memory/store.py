@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -272,24 +272,13 @@ class PostgresMemoryStore:
         return known_stores(rows), found
 
     async def neighbours(
-        self, namespace: str, scope: Scope, ids: Sequence[str], vector: Sequence[float], exclude: Iterable[str] = ()
+        self, namespace: str, scope: Scope, query: SearchQuery, ids: Sequence[str]
     ) -> tuple[list[Candidate], dict[str, set[str]]]:
         """In one round trip: the entries written just before and just after each of `ids` in its store and
-        session (within `scope`, live, none of `exclude`), each with its similarity to `vector`; and which
-        entries are beside which (both ways)."""
-        where, params = entries_where(scope, None)
-        rows = await self.read(
-            namespace,
-            neighbours_statement(where),
-            params
-            | {
-                "namespace": namespace,
-                "ids": list(ids),
-                "vector": np.asarray(vector, dtype=np.float32),
-                "exclude": sorted(exclude),
-                "live_at": self.now(),
-            },
-        )
+        session that the search `query` could find (within `scope`, matching its filter, live, none it
+        excludes), each with its similarity to its vector; and which entries are beside which (both ways)."""
+        where, params = self._searching(namespace, scope, query)
+        rows = await self.read(namespace, neighbours_statement(where), params | {"ids": list(ids)})
         beside: dict[str, set[str]] = defaultdict(set)
         found: dict[str, Candidate] = {}
         for row in rows:
