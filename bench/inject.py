@@ -546,30 +546,37 @@ def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict |
             f" {share:.2f} x, {verdict(share, 0.7, at_most=False)} ({embedded.per_second:g}/s; the model alone,"
             f" {BATCH} at a time on every core, {batch_rate:g} texts/s)"
         )
-    inside, alone = find("  its embed stage, as the server reports"), find("floor: embedding alone")
-    if inside and alone:
-        share = inside.p50_ms / alone.p50_ms
-        lines.append(
-            f"{largest:,} entries, the model inside a worker <= 1.2 x the model alone at one query: {share:.2f} x,"
-            f" {verdict(share, 1.2)} ({inside.p50_ms:g} ms; alone {alone.p50_ms:g} ms)"
-        )
-    first, steady = find("Inject, first call on a fresh server"), find("Inject, that server's next 40 calls")
-    if first and steady:
-        share = first.p50_ms / steady.p50_ms
-        lines.append(
-            f"{largest:,} entries, first Inject on a fresh server <= 2 x its steady p50: {share:.2f} x,"
-            f" {verdict(share, 2.0)} ({first.p50_ms:g} ms; then {steady.p50_ms:g} ms)"
-        )
-    ours, bare = (
+
+    def at_most(target: str, measured: Row | None, against: Row | None, bound: float, named: str) -> None:
+        """The target `measured` <= `bound` x `against` at p50, when this run measured both."""
+        if measured and against:
+            share = measured.p50_ms / against.p50_ms
+            lines.append(
+                f"{largest:,} entries, {target} <= {bound:g} x {named[0]}: {share:.2f} x, {verdict(share, bound)}"
+                f" ({measured.p50_ms:g} ms; {named[1]} {against.p50_ms:g} ms)"
+            )
+
+    at_most(
+        "the model inside a worker",
+        find("  its embed stage, as the server reports"),
+        find("floor: embedding alone"),
+        1.2,
+        ("the model alone at one query", "alone"),
+    )
+    at_most(
+        "first Inject on a fresh server",
+        find("Inject, first call on a fresh server"),
+        find("Inject, that server's next 40 calls"),
+        2.0,
+        ("its steady p50", "then"),
+    )
+    at_most(
+        "server CPU per Inject (supplied vector)",
         find("server CPU ms per Inject, supplied vector (4 callers)", 4),
         find("bare grpc.aio echo CPU ms per call (4 callers)", 4),
+        2.5,
+        ("a bare grpc.aio call's", "echo"),
     )
-    if ours and bare:
-        share = ours.p50_ms / bare.p50_ms
-        lines.append(
-            f"{largest:,} entries, server CPU per Inject (supplied vector) <= 2.5 x a bare grpc.aio call's:"
-            f" {share:.2f} x, {verdict(share, 2.5)} ({ours.p50_ms:g} ms; echo {bare.p50_ms:g} ms)"
-        )
     scoped = must("SearchMemories, scoped to 1 user of 100")
     lines += [
         f"Scoped search, {largest:,} entries, recall@5 >= 0.95 and p99 <= 20 ms:"

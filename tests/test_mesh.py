@@ -50,15 +50,19 @@ class Mesh:
         return lines[-1] if lines else "(the processor logged nothing)"
 
     def post(self, path: str, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
-        """A request through Envoy, as an agent's HTTP client sends it: the status, headers and body."""
-        data = body.encode() if isinstance(body, str) else body
-        sent = {"content-type": "application/json", "authorization": "Bearer sk-upstream", **(headers or {})}
-        request = urllib.request.Request(self.envoy.origin + path, data=data, headers=sent, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
-        except urllib.error.HTTPError as error:
-            return error.code, dict(error.headers), error.read()
+        return post(self.envoy, path, body, headers)
+
+
+def post(envoy: Envoy, path: str, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+    """A request through `envoy`, as an agent's HTTP client sends it: the status, headers and body."""
+    data = body.encode() if isinstance(body, str) else body
+    sent = {"content-type": "application/json", "authorization": "Bearer sk-upstream", **(headers or {})}
+    request = urllib.request.Request(envoy.origin + path, data=data, headers=sent, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
 
 
 @pytest.fixture(scope="module")
@@ -327,11 +331,8 @@ def test_with_contextfold_stopped_the_request_passes_unchanged(mesh: Mesh) -> No
     envoy = Envoy(EnvoySetup(model.port, 1, metadata={"authorization": f"Bearer {mesh.acme}"}))
     try:
         sent = chat({"role": "user", "content": QUESTION})
-        request = urllib.request.Request(
-            envoy.origin + "/v1/chat/completions", data=sent.encode(), headers={"content-type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            assert answer.status == 200
+        status, _, _ = post(envoy, "/v1/chat/completions", sent)
+        assert status == 200
         assert model.last().body.decode() == sent
     finally:
         envoy.stop()
@@ -349,13 +350,8 @@ def test_the_outcome_header_says_what_was_done_when_asked_for(mesh: Mesh) -> Non
             ({"x-contextfold-stores": mesh.store, "x-contextfold-outcome-header": "on"}, "folded"),
             ({"x-contextfold-stores": "no-such", "x-contextfold-outcome-header": "on"}, "not_injected"),
         ):
-            request = urllib.request.Request(
-                envoy.origin + "/v1/chat/completions",
-                data=chat({"role": "user", "content": QUESTION}).encode(),
-                headers={"content-type": "application/json", **headers},
-            )
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                assert answer.headers["x-contextfold-outcome"].startswith(said), answer.headers["x-contextfold-outcome"]
+            _, answered, _ = post(envoy, "/v1/chat/completions", chat({"role": "user", "content": QUESTION}), headers)
+            assert answered["x-contextfold-outcome"].startswith(said), answered["x-contextfold-outcome"]
     finally:
         envoy.stop()
         model.close()

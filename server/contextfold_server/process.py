@@ -50,7 +50,7 @@ from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
 from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
-from .wiring import Services, Shared, build, grpc_server, server_options
+from .wiring import Services, Shared, build, grpc_server
 
 logger = logging.getLogger("contextfold")
 
@@ -153,9 +153,14 @@ class _Mesh:
         self._folder = tempfile.mkdtemp(prefix="contextfold-api-")
         address = f"unix:{self._folder}/api.sock"
         server.add_insecure_port(address)
-        self._channel = grpc.aio.insecure_channel(address, options=server_options(config))
-        limits = MeshLimits(config.ext_proc_timeout, config.ext_proc_max_body_bytes, config.ext_proc_outcome_header)
-        processor = ExternalProcessor(lambda: self._channel, limits, metrics.mesh_requests)
+        # As any client of the API: a request as large as the server takes, an answer as large as it gives.
+        limits = [
+            ("grpc.max_send_message_length", config.max_message_bytes),
+            ("grpc.max_receive_message_length", 4 * config.max_message_bytes),
+        ]
+        self._channel = grpc.aio.insecure_channel(address, options=limits)
+        mesh = MeshLimits(config.ext_proc_timeout, config.ext_proc_max_body_bytes, config.ext_proc_outcome_header)
+        processor = ExternalProcessor(lambda: self._channel, mesh, metrics.mesh_requests)
         server.add_generic_rpc_handlers((processor.handler(),))
 
     async def close(self) -> None:

@@ -71,6 +71,11 @@ class _Exchange:
     def unchanged(self, outcome: str, reason: str) -> None:
         self.outcome, self.reason = outcome, reason
 
+    def metadata(self) -> list[tuple[str, str]]:
+        """What a call the processor makes for this request carries: its request id, and its key."""
+        key = self.settings.api_key
+        return [("x-request-id", self.request_id)] + ([("authorization", f"Bearer {key}")] if key else [])
+
 
 # Envoy's name for the service, under which the processor is served.
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
@@ -205,16 +210,13 @@ class ExternalProcessor:
         request = exchange.settings.inject_request(entry.message for entry in located)
         if request.memory.format not in (injection_pb2.FORMAT_UNSPECIFIED, injection_pb2.FORMAT_XML):
             shown_earlier(list(request.messages))
-        metadata = [("x-request-id", exchange.request_id)]
-        if exchange.settings.api_key:
-            metadata.append(("authorization", f"Bearer {exchange.settings.api_key}"))
         timeout = deadline - asyncio.get_running_loop().time()
         if timeout <= 0:
             exchange.unchanged("timeout", "no time was left to ask contextfold")
             return None
         try:
             answer = await injection_pb2_grpc.InjectionServiceStub(self._api()).Inject(
-                request, timeout=timeout, metadata=metadata
+                request, timeout=timeout, metadata=exchange.metadata()
             )
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -247,12 +249,12 @@ class ExternalProcessor:
             scope=exchange.settings.scope,
             roles=[conversation_pb2.ROLE_USER],
         )
-        key = exchange.settings.api_key
-        metadata = [("x-request-id", exchange.request_id)] + ([("authorization", f"Bearer {key}")] if key else [])
 
         async def remember() -> None:
             try:
-                await memory_pb2_grpc.MemoryServiceStub(self._api()).Remember(request, timeout=30, metadata=metadata)
+                await memory_pb2_grpc.MemoryServiceStub(self._api()).Remember(
+                    request, timeout=30, metadata=exchange.metadata()
+                )
             except grpc.aio.AioRpcError as error:
                 logger.warning(
                     "request_id=<%s> code=<%s> reason=<%s> | the request's turns were not remembered",
