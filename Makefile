@@ -30,11 +30,11 @@ $(SERVER_READY): $(BIN)/python pyproject.toml client/python/pyproject.toml const
 	touch $@
 
 $(DEV_READY): $(SERVER_READY)
-	$(PIP) -e client/python -e '.[dev]'
+	$(PIP) -e 'client/python[mcp]' -e '.[dev]'
 	touch $@
 
 $(BENCH_READY): $(DEV_READY)
-	$(PIP) -e client/python -e '.[dev,bench]'
+	$(PIP) -e 'client/python[mcp]' -e '.[dev,bench]'
 	touch $@
 
 # The TypeScript package's tools and its tests' dependencies (the npm registry, once).

@@ -7,12 +7,10 @@ input of every call, so each test asserts what the model saw.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psutil
@@ -21,55 +19,11 @@ from contextfold import Client
 from contextfold.strands import ContextfoldMemoryStore, ContextInjection, from_state
 from strands import Agent, tool
 from strands.memory import InvocationTrigger, MemoryManager, ModelExtractor
-from strands.models.model import Model
 
 from harness.messages import unique
 from harness.polling import wait_for
 from harness.relay import relayed
-
-Reply = str | dict[str, Any] | Callable[[list[dict], str | None], str]
-
-
-class ScriptedModel(Model):
-    """Answers each call with the next reply (text, a tool call, or a function of the input), recording the input."""
-
-    def __init__(self, replies: list[Reply]) -> None:
-        self.replies = list(replies)
-        self.inputs: list[list[dict]] = []
-        self.system_prompts: list[str | None] = []
-
-    def update_config(self, **model_config: Any) -> None:
-        pass
-
-    def get_config(self) -> dict:
-        return {}
-
-    async def structured_output(self, output_model, prompt, system_prompt=None, **kwargs):  # type: ignore[override]
-        raise NotImplementedError("the scripted model gives no structured output")
-        yield {}
-
-    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs) -> AsyncIterator[dict]:  # type: ignore[override]
-        self.inputs.append(copy.deepcopy(messages))
-        self.system_prompts.append(system_prompt)
-        reply = self.replies.pop(0)
-        if callable(reply):
-            reply = reply(messages, system_prompt)
-        yield {"messageStart": {"role": "assistant"}}
-        if isinstance(reply, dict):
-            if "say" in reply:
-                yield {"contentBlockStart": {"start": {}}}
-                yield {"contentBlockDelta": {"delta": {"text": reply["say"]}}}
-                yield {"contentBlockStop": {}}
-            use = {"toolUseId": unique("call"), "name": reply["tool"]}
-            yield {"contentBlockStart": {"start": {"toolUse": use}}}
-            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(reply["input"])}}}}
-            yield {"contentBlockStop": {}}
-            yield {"messageStop": {"stopReason": "tool_use"}}
-            return
-        yield {"contentBlockStart": {"start": {}}}
-        yield {"contentBlockDelta": {"delta": {"text": reply}}}
-        yield {"contentBlockStop": {}}
-        yield {"messageStop": {"stopReason": "end_turn"}}
+from harness.strands_model import ScriptedModel
 
 
 def texts(message: dict) -> list[str]:

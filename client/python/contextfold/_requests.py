@@ -199,6 +199,21 @@ def new_memory(value: MemoryLike) -> memory_pb2.Memory:
 TIME_FIELDS = ("create_time", "update_time", "expire_time")
 
 
+def filter_times(value: Any) -> Any:
+    """A filter read from JSON, its bounds on `create_time`, `update_time` and `expire_time` (ISO 8601
+    text there) as datetimes, which `filter_message` takes."""
+    if isinstance(value, dict):
+        return {
+            key: {op: datetime.fromisoformat(v) for op, v in item.items()}
+            if key in TIME_FIELDS and isinstance(item, dict)
+            else filter_times(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [filter_times(item) for item in value]
+    return value
+
+
 def timestamp(value: datetime | timestamp_pb2.Timestamp) -> timestamp_pb2.Timestamp:
     """A `Timestamp` from an aware datetime (a naive one is taken as UTC)."""
     if isinstance(value, timestamp_pb2.Timestamp):

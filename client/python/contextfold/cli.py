@@ -19,7 +19,7 @@ from typing import Any, Literal, TextIO
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from ._requests import RANKINGS, TIME_FIELDS
+from ._requests import RANKINGS, filter_times
 from .client import Client, default_target
 from .convert import dumps, loads
 from .errors import ContextfoldError
@@ -68,6 +68,22 @@ def _server_command(command: str, rest: Sequence[str]) -> int:
         )
         return 1
     return found[command].load()(list(rest)) or 0
+
+
+def _mcp(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    """`contextfold mcp`, which needs the MCP SDK (the `mcp` extra): the client alone does not."""
+    try:
+        from . import mcp_server
+    except ImportError as missing:
+        print(
+            f"error: `contextfold mcp` needs the MCP SDK ({missing.name} is missing):"
+            " pip install 'contextfold[mcp]' (in a checkout: pip install './client/python[mcp]')",
+            file=sys.stderr,
+        )
+        return 1
+    parser = argparse.ArgumentParser(prog="contextfold mcp", description=mcp_server.__doc__.split("\n\n")[0])
+    mcp_server.add_options(parser)
+    return mcp_server.run(args, parser.parse_args(rest))
 
 
 def _stores(args: argparse.Namespace, cf: Client) -> None:
@@ -135,21 +151,7 @@ def _filter(args: argparse.Namespace) -> dict[str, Any] | None:
     value = json.loads(args.filter)
     if not isinstance(value, dict):
         raise SystemExit("error: --filter takes a JSON object")
-    return _times(value)
-
-
-def _times(value: Any) -> Any:
-    """Bounds on `create_time`, `update_time` and `expire_time` given as ISO 8601 text, as datetimes."""
-    if isinstance(value, dict):
-        return {
-            key: {op: datetime.fromisoformat(v) for op, v in item.items()}
-            if key in TIME_FIELDS and isinstance(item, dict)
-            else _times(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_times(item) for item in value]
-    return value
+    return filter_times(value)
 
 
 def _expire_time(value: str | None) -> datetime | Literal["never"] | None:
@@ -419,6 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("--max-tokens", type=int, default=0, help="cap on tokens injected in all")
     inject.add_argument("--coalesce", action="store_true", help="fold one block instead of one per source")
     _add_scope_options(inject)
+
+    commands.add_parser(
+        "mcp", help="serve memory as MCP tools over stdio or Streamable HTTP (contextfold mcp --help)", add_help=False
+    )
     return parser
 
 
@@ -428,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command in _SERVER_COMMAND_HELP:
         return _server_command(args.command, rest)
+    if args.command == "mcp":
+        return _mcp(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
