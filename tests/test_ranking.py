@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -23,10 +24,13 @@ from contextfold_server.engine.ranking import (
     stand_out_scores,
     store_aware,
 )
+from contextfold_server.memory.records import Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
+from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
 from contextfold_server.postgres.migrations import latest_version, migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
+from psycopg.rows import dict_row
 
 from harness.messages import unique, user
 from harness.servers import Postgres, ServerProcess, sample, start_server
@@ -576,6 +580,45 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
     assert [memory_id for memory_id, _ in found] == ["m7"]
     assert "memories_lexemes" in read, read
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
+
+
+def test_the_neighbours_planned_once_for_a_connection_still_walk_the_sessions_index(postgres: Postgres) -> None:
+    """The neighbours' statement runs with a plan made once per connection (`GENERIC_PLAN`), for no
+    values in particular: it must still take each id's row by its key and one step of the sessions'
+    index to each side, however many entries the namespace holds."""
+    asyncio.run(migrate(postgres.url))
+    with psycopg.connect(postgres.url, autocommit=True) as owner:
+        owner.execute(
+            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES ('sessions', 's', '', 3)"
+        )
+        owner.execute(
+            "INSERT INTO contextfold.memories (namespace, id, store, content, session_id, dimension, embedding)"
+            " SELECT 'sessions', 't' || g, 's', 'turn ' || g, 'session ' || (g / 100), 3, '[1,0,0]'"
+            " FROM generate_series(1, 10000) AS g ORDER BY g"
+        )
+        owner.execute("ANALYZE contextfold.memories")
+    where, params = entries_where(Scope(), None)
+    params |= {"namespace": "sessions", "exclude": [], "live_at": datetime.now(UTC), "ids": ["t250", "t7050"]}
+    with psycopg.connect(postgres.url, row_factory=dict_row) as conn:
+        register_vector(conn)
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', 'sessions', true)")
+        for name, value in GENERIC_PLAN.items():  # as the store's read of the neighbours sets them
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
+        for _ in range(6):  # prepared by psycopg after its fifth run: the sixth runs the generic plan
+            found = conn.execute(neighbours_statement(where), params, prepare=True).fetchall()
+        assert conn.execute("SELECT generic_plans FROM pg_prepared_statements").fetchone()["generic_plans"] >= 1
+        indexes = conn.execute(
+            "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) AS n FROM pg_class c"
+            " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
+        ).fetchall()
+    read = {row["relname"]: row["n"] for row in indexes}
+    assert sorted((row["beside"], row["id"]) for row in found) == [
+        ("t250", "t249"), ("t250", "t251"), ("t7050", "t7049"), ("t7050", "t7051"),
+    ]  # fmt: skip
+    assert "memories_in_session" in read, read
+    assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
 
 
 def test_a_filtered_search_never_brings_in_a_session_neighbour_the_filter_refuses(client: Client, make_store) -> None:

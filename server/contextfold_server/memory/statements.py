@@ -263,6 +263,11 @@ def neighbours_statement(where: str) -> str:
     )
 
 
+# A statement whose plan holds for any values (an entry's neighbours: one step of the sessions' index from
+# each id's row) is planned once per connection rather than on every call, as `SEARCH_SETTINGS` has it.
+GENERIC_PLAN = {"plan_cache_mode": "force_generic_plan"}
+
+
 # A filtered search reads through the vector index first: the planner cannot tell how many entries a
 # filter keeps (it has no statistics inside metadata) and would often read a store whole to sort it. The
 # index's scan gives up after this many entries (a filter few entries pass), and the search is then

@@ -26,6 +26,7 @@ from ..postgres.replicas import Databases
 from ..postgres.schema import SCHEMA
 from .records import UNSCOPED, Candidate, MemoryRecord, NewMemory, Scope, ScoredRecord, StoreRecord
 from .statements import (
+    GENERIC_PLAN,
     INDEX_FIRST,
     MEMORY_COLUMNS,
     STORE_COLUMNS,
@@ -278,7 +279,7 @@ class PostgresMemoryStore:
         session that the search `query` could find (within `scope`, matching its filter, live, none it
         excludes), each with its similarity to its vector; and which entries are beside which (both ways)."""
         where, params = self._searching(namespace, scope, query)
-        rows = await self.read(namespace, neighbours_statement(where), params | {"ids": list(ids)})
+        rows = await self.read(namespace, neighbours_statement(where), params | {"ids": list(ids)}, GENERIC_PLAN)
         beside: dict[str, set[str]] = defaultdict(set)
         found: dict[str, Candidate] = {}
         for row in rows:
