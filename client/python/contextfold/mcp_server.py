@@ -28,6 +28,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal, TypeVar
 
 import grpc
@@ -342,7 +343,7 @@ def build(settings: Settings) -> tuple[MCPServer[Any], Memory]:
             new = {**(memory.scope or {}), "content": fact, **({"metadata": metadata} if metadata is not None else {})}
             added = await memory.call(
                 client.add_memories(target, [new]),
-                renames=(("memories[0].content", "fact"), ("memories[0].metadata", "metadata"), ("store", "store")),
+                renames=(("memories[0].content", "fact"), ("memories[0].metadata", "metadata")),
             )
             return Remembered(entries=[Kept(**entry(kept), action="added") for kept in added])
         assert conversation is not None
@@ -480,8 +481,6 @@ async def _all_stores(client: AsyncClient) -> list[StoreInfo]:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("contextfold")
     except PackageNotFoundError:
