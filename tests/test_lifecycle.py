@@ -83,6 +83,25 @@ def test_only_one_of_two_updates_of_the_same_version_lands(client: Client, make_
     assert len(list(client.list_memory_versions(added.id))) == 2
 
 
+def test_a_delete_with_an_etag_deletes_only_the_version_read(client: Client, make_store) -> None:
+    store = make_store()
+    (read,) = client.add_memories(store, [{"id": unique("plan"), "content": "Launch on Monday"}])
+    changed = client.update_memory(read.id, content="Launch on Tuesday").memory
+
+    with pytest.raises(Aborted) as stale:
+        client.delete_memories([read.id], etag=read.etag)
+    assert stale.value.reason == "ETAG_MISMATCH"
+    assert client.get_memory(read.id).content == "Launch on Tuesday", "the newer version is kept"
+    with pytest.raises(InvalidArgument) as two:
+        client.delete_memories([read.id, unique("other")], etag=changed.etag)
+    assert [field for field, _ in two.value.field_violations] == ["etag"]
+
+    assert client.delete_memories([read.id], etag=changed.etag) == 1
+    with pytest.raises(NotFound):
+        client.get_memory(read.id)
+    assert client.delete_memories([read.id], etag=changed.etag, allow_missing=True) == 0
+
+
 def test_an_upsert_adds_under_a_free_id_and_updates_after(client: Client, make_store) -> None:
     store = make_store()
     memory_id = unique("upsert")

@@ -327,7 +327,7 @@ def test_forget_deletes_by_id_and_with_a_stale_etag_keeps_the_entry(server, tena
         ("update_memory", {"id": "m1"}, "content, metadata: give at least one"),
         ("update_memory", {"id": "m1", "metadata": {"deep": json.loads("[" * 20 + "]" * 20)}}, "metadata"),
         ("forget", {"ids": []}, "ids: List should have at least 1 item"),
-        ("forget", {"ids": ["a", "b"], "etag": "e"}, "etag: names one version"),
+        ("forget", {"ids": ["a", "b"], "etag": "e"}, "INVALID_ARGUMENT: etag: names one entry's version"),
         ("forget", {"ids": ["no-such-entry"]}, "NOT_FOUND"),
     ],
 )

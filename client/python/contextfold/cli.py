@@ -141,7 +141,8 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
     elif args.action == "import":
         _import(args, cf)
     else:
-        _print_json({"deleted_count": cf.delete_memories(args.ids, allow_missing=args.allow_missing)})
+        deleted = cf.delete_memories(args.ids, allow_missing=args.allow_missing, etag=args.etag)
+        _print_json({"deleted_count": deleted})
 
 
 def _filter(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -364,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove = memory_actions.add_parser("delete")
     remove.add_argument("ids", nargs="+")
     remove.add_argument("--allow-missing", action="store_true")
+    remove.add_argument("--etag", default="", help="delete only this version (one id, from get); ABORTED if it changed")
     update = memory_actions.add_parser("update", help="change an entry's content, metadata or expiry")
     update.add_argument("id")
     update.add_argument("--content", help="new text (embedded again)")

@@ -229,8 +229,8 @@ class _calls:
         return _Call("memory", "ListMemories", request, lambda r: r)
 
     @staticmethod
-    def delete_memories(ids: Sequence[str], allow_missing: bool) -> _Call[int]:
-        request = memory_pb2.DeleteMemoriesRequest(ids=list(ids), allow_missing=allow_missing)
+    def delete_memories(ids: Sequence[str], allow_missing: bool, etag: str) -> _Call[int]:
+        request = memory_pb2.DeleteMemoriesRequest(ids=list(ids), allow_missing=allow_missing, etag=etag)
         return _Call("memory", "DeleteMemories", request, lambda r: r.deleted_count)
 
     @staticmethod
@@ -431,8 +431,10 @@ class Client:
         """The store's entries, oldest first; `filter` as `search_memories` takes it."""
         return self._pages(lambda token: _calls.list_memories(store, scope, filter, page_size, token), "memories")
 
-    def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
-        return self._run(_calls.delete_memories(ids, allow_missing))
+    def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False, etag: str = "") -> int:
+        """Delete the entries, all or none: how many. With `etag` (one id, from the entry as read), `Aborted`
+        and nothing deleted when it changed since."""
+        return self._run(_calls.delete_memories(ids, allow_missing, etag))
 
     def update_memory(
         self,
@@ -628,8 +630,9 @@ class AsyncClient:
     ) -> AsyncIterator[memory_pb2.Memory]:
         return self._pages(lambda token: _calls.list_memories(store, scope, filter, page_size, token), "memories")
 
-    async def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False) -> int:
-        return await self._run(_calls.delete_memories(ids, allow_missing))
+    async def delete_memories(self, ids: Sequence[str], *, allow_missing: bool = False, etag: str = "") -> int:
+        """As `Client.delete_memories`."""
+        return await self._run(_calls.delete_memories(ids, allow_missing, etag))
 
     async def update_memory(
         self,

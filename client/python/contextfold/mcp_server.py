@@ -395,16 +395,7 @@ def build(settings: Settings) -> tuple[MCPServer[Any], Memory]:
         ids: Annotated[list[MemoryId], Field(min_length=1, max_length=MAX_IDS, description="The entries' ids.")],
         etag: Annotated[str, Field(max_length=256, description="The etag recall gave (one id only).")] = "",
     ) -> Forgotten:
-        client = memory.client()
-        if etag:
-            if len(ids) != 1:
-                raise ToolError("etag: names one version; give one id with it")
-            # The API deletes by id alone: the version is read first, and the delete follows at once.
-            current = await memory.call(client.get_memory(ids[0]), renames=(("id", "ids[0]"),))
-            if current.etag != etag:
-                raise ToolError(f"ABORTED: memory {ids[0]!r} changed since it was read: read it again and retry")
-        deleted = await memory.call(client.delete_memories(ids))
-        return Forgotten(deleted=deleted)
+        return Forgotten(deleted=await memory.call(memory.client().delete_memories(ids, etag=etag)))
 
     @server.tool(
         name="list_stores",

@@ -176,8 +176,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         self, request: memory_pb2.DeleteMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> memory_pb2.DeleteMemoriesResponse:
         call = CALL.get()
-        ids = parse_delete_memories(request)
-        deleted = await self._store.delete_memories(call.namespace, ids, request.allow_missing, key_scope(call.caller))
+        delete = parse_delete_memories(request)
+        deleted = await self._store.delete_memories(
+            call.namespace, delete.ids, request.allow_missing, key_scope(call.caller), etag=delete.etag
+        )
         return memory_pb2.DeleteMemoriesResponse(deleted_count=deleted)
 
     async def UpdateMemory(

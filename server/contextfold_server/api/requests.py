@@ -523,14 +523,25 @@ def parse_list_memories(request: memory_pb2.ListMemoriesRequest, caller: Caller)
     )
 
 
-def parse_delete_memories(request: memory_pb2.DeleteMemoriesRequest) -> list[str]:
-    """The ids to delete, each once."""
+@dataclass(frozen=True)
+class DeleteCall:
+    # The ids to delete, each once.
+    ids: list[str]
+    # With one id, the version it may be deleted in; "" for any.
+    etag: str
+
+
+def parse_delete_memories(request: memory_pb2.DeleteMemoriesRequest) -> DeleteCall:
     if not request.ids:
         raise InvalidArgument.of("ids", "must name at least one entry")
     check_count(request.ids, MAX_BATCH, "ids", "ids")
     for index, memory_id in enumerate(request.ids):
         check_memory_id(memory_id, f"ids[{index}]")
-    return list(dict.fromkeys(request.ids))
+    ids = list(dict.fromkeys(request.ids))
+    if request.etag and len(ids) != 1:
+        raise InvalidArgument.of("etag", f"names one entry's version: give one id with it, not {len(ids)}")
+    # Opaque, compared as it came (as UpdateMemory's): one that matches no version deletes nothing.
+    return DeleteCall(ids, request.etag)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from psycopg import sql
 from ..access.quotas import DEFAULT_QUOTA, Quota, over_quota
 from ..engine.filters import Filter
 from ..engine.memory import SearchQuery
-from ..errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from ..postgres.pool import Connection, Database, NamespaceConnection, Params, Query, Read
 from ..postgres.replicas import Databases
 from ..postgres.schema import SCHEMA
@@ -35,6 +35,7 @@ from .statements import (
     compared,
     entries_where,
     entry_params,
+    etag_of,
     insert_entries,
     known_stores,
     memory_from_row,
@@ -328,17 +329,25 @@ class PostgresMemoryStore:
         return [self.record(row) for row in rows]
 
     async def delete_memories(
-        self, namespace: str, ids: Sequence[str], allow_missing: bool, scope: Scope = UNSCOPED
+        self, namespace: str, ids: Sequence[str], allow_missing: bool, scope: Scope = UNSCOPED, etag: str = ""
     ) -> int:
-        """Delete the entries by id, within `scope` (outside it, or expired, they do not exist)."""
+        """Delete the entries by id, within `scope` (outside it, or expired, they do not exist). With `etag`
+        (one id), only the version it names: ABORTED, and nothing deleted, when the entry changed since."""
         where, params = entries_where(scope, None)
         async with self.connection(namespace) as conn:
             cursor = await conn.execute(
                 f"DELETE FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s AND m.id = ANY(%(ids)s)"
-                f"{where} RETURNING m.id",
+                f"{where} RETURNING m.id, m.seq, m.version",
                 {"namespace": namespace, "ids": list(ids), "live_at": self.now(), **params},
             )
-            deleted = {row["id"] for row in await cursor.fetchall()}
+            rows = await cursor.fetchall()
+            for row in rows if etag else ():
+                if etag_of(self._etag_key, row["id"], row["seq"], row["version"]) != etag:
+                    # Raising rolls the transaction back: the version the caller read is not deleted, nor any.
+                    raise Aborted(
+                        "ETAG_MISMATCH", f"memory {row['id']!r} changed since it was read: read it again and retry"
+                    )
+            deleted = {row["id"] for row in rows}
             missing = [memory_id for memory_id in ids if memory_id not in deleted]
             if missing and not allow_missing:
                 # Raising rolls the transaction back: a failed delete deletes nothing.

@@ -262,12 +262,14 @@ class ListMemoriesResponse(_message.Message):
     def __init__(self, memories: _Optional[_Iterable[_Union[Memory, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DeleteMemoriesRequest(_message.Message):
-    __slots__ = ("ids", "allow_missing")
+    __slots__ = ("ids", "allow_missing", "etag")
     IDS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_MISSING_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
     allow_missing: bool
-    def __init__(self, ids: _Optional[_Iterable[str]] = ..., allow_missing: _Optional[bool] = ...) -> None: ...
+    etag: str
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., allow_missing: _Optional[bool] = ..., etag: _Optional[str] = ...) -> None: ...
 
 class DeleteMemoriesResponse(_message.Message):
     __slots__ = ("deleted_count",)
