@@ -549,20 +549,53 @@ def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousan
     assert result.report.entries[0].id == f"{prefix}-ferry"
 
 
+def planned_once(url: str, namespace: str, statement: str, params: dict) -> tuple[list[dict], dict[str, int]]:
+    """`statement`'s rows as the store runs it under `GENERIC_PLAN` (prepared by psycopg after its fifth
+    run: the sixth runs the plan made for no values), and the entries each index gave over the six runs."""
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        register_vector(conn)
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', %s, true)", (namespace,))
+        for name, value in GENERIC_PLAN.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        for _ in range(6):
+            rows = conn.execute(statement, params, prepare=True).fetchall()
+        (prepared,) = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+        assert (prepared["generic_plans"], prepared["custom_plans"]) == (6, 0), prepared
+        indexes = conn.execute(
+            "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) AS n FROM pg_class c"
+            " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
+        ).fetchall()
+    return rows, {row["relname"]: row["n"] for row in indexes}
+
+
+def ten_thousand_entries(url: str, namespace: str, content: str, **columns: str) -> None:
+    """A store `s` (dimension 3) of 10,000 entries `g` = 1.., each `content` and `columns` (SQL of `g`)."""
+    asyncio.run(migrate(url))
+    names = "".join(f", {column}" for column in columns)
+    values = "".join(f", {value}" for value in columns.values())
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute(
+            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES (%s, 's', '', 3)",
+            (namespace,),
+        )
+        owner.execute(
+            f"INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding{names})"
+            f" SELECT %s, 't' || g, 's', {content}, 3, '[1,0,0]'{values}"
+            " FROM generate_series(1, 10000) AS g ORDER BY g",
+            (namespace,),
+        )
+        owner.execute("ANALYZE contextfold.memories")
+
+
 def test_the_words_are_found_through_their_index_whatever_a_connection_asked_first(postgres: Postgres) -> None:
     """`word_matches` is planned for each call's values: a plan kept from a connection's first call (the
     warm-up's, which names no word and no store) read every entry of a full namespace to find one word."""
-    asyncio.run(migrate(postgres.url))
-    with psycopg.connect(postgres.url, autocommit=True) as owner:
-        owner.execute(
-            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES ('words', 's', '', 3)"
-        )
-        owner.execute(
-            "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
-            " SELECT 'words', 'm' || g, 's', CASE WHEN g = 7 THEN 'Thaddeus booked the ferry'"
-            " ELSE 'a note about the plan number ' || g END, 3, '[1,0,0]' FROM generate_series(1, 10000) AS g"
-        )
-        owner.execute("ANALYZE contextfold.memories")
+    ten_thousand_entries(
+        postgres.url,
+        "words",
+        "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
+    )
     call = "SELECT * FROM contextfold.word_matches(%s, %s, %s, 5.0, %s, %s, array[]::text[], '', '', '', 20)"
     with psycopg.connect(postgres.url) as conn:
         conn.execute("SET ROLE contextfold_service")
@@ -577,7 +610,7 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
                 " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
             ).fetchall()
         )
-    assert [memory_id for memory_id, _ in found] == ["m7"]
+    assert [memory_id for memory_id, _ in found] == ["t7"]
     assert "memories_lexemes" in read, read
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
 
@@ -586,34 +619,11 @@ def test_the_neighbours_planned_once_for_a_connection_still_walk_the_sessions_in
     """The neighbours' statement runs with a plan made once per connection (`GENERIC_PLAN`), for no
     values in particular: it must still take each id's row by its key and one step of the sessions'
     index to each side, however many entries the namespace holds."""
-    asyncio.run(migrate(postgres.url))
-    with psycopg.connect(postgres.url, autocommit=True) as owner:
-        owner.execute(
-            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES ('sessions', 's', '', 3)"
-        )
-        owner.execute(
-            "INSERT INTO contextfold.memories (namespace, id, store, content, session_id, dimension, embedding)"
-            " SELECT 'sessions', 't' || g, 's', 'turn ' || g, 'session ' || (g / 100), 3, '[1,0,0]'"
-            " FROM generate_series(1, 10000) AS g ORDER BY g"
-        )
-        owner.execute("ANALYZE contextfold.memories")
+    ten_thousand_entries(postgres.url, "sessions", "'turn ' || g", session_id="'session ' || (g / 100)")
     where, params = entries_where(Scope(), None)
     params |= {"namespace": "sessions", "exclude": [], "live_at": datetime.now(UTC), "ids": ["t250", "t7050"]}
-    with psycopg.connect(postgres.url, row_factory=dict_row) as conn:
-        register_vector(conn)
-        conn.execute("SET ROLE contextfold_service")
-        conn.execute("SELECT set_config('contextfold.namespace', 'sessions', true)")
-        for name, value in GENERIC_PLAN.items():  # as the store's read of the neighbours sets them
-            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
-        params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
-        for _ in range(6):  # prepared by psycopg after its fifth run: the sixth runs the generic plan
-            found = conn.execute(neighbours_statement(where), params, prepare=True).fetchall()
-        assert conn.execute("SELECT generic_plans FROM pg_prepared_statements").fetchone()["generic_plans"] >= 1
-        indexes = conn.execute(
-            "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) AS n FROM pg_class c"
-            " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
-        ).fetchall()
-    read = {row["relname"]: row["n"] for row in indexes}
+    params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
+    found, read = planned_once(postgres.url, "sessions", neighbours_statement(where), params)
     assert sorted((row["beside"], row["id"]) for row in found) == [
         ("t250", "t249"), ("t250", "t251"), ("t7050", "t7049"), ("t7050", "t7051"),
     ]  # fmt: skip
