@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -526,3 +527,64 @@ def test_the_docs_error_lines_are_what_the_tools_answer(server, tenant_keys, ent
 
     answered = run(within(stdio(server.address, tenant_keys.acme_agent), scenario))
     assert printed.replace("'m-1'", repr(memory_id)).splitlines() == answered
+
+
+FUZZ_SEED = int(os.environ.get("CONTEXTFOLD_FUZZ_SEED", "20261201"))
+_FUZZ_VALUES: list[Any] = [
+    "", " ", "a", "notes", "x" * 64, "y" * 16_385, "nul\x00byte", "\x7f", "\u202e\u200b", "\U0010ffff",
+    "line\nbreak", "{{ 7 * 7 }}", "2026-13-45", "cfk_00000000_x", 0, 1, -1, 101, 2**31, -(2**63), 1e308, -0.5,
+    True, False, None, [], [None], ["a", 1], [{"role": "user", "text": ""}], [{"role": "system"}], {}, {"all": 5},
+    {"any": []}, {"not": None}, {"create_time": {"gte": "yesterday"}}, {"a": {"in": [[1]]}}, {"deep": [[[[[[]]]]]]},
+]  # fmt: skip
+
+
+# Arguments each tool takes, for the fuzzer to change one at a time: past the schema, into the tool's body.
+VALID_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "recall": {"query": "What is my cat called?"},
+    "remember": {"fact": "Fuzz likes figs"},
+    "update_memory": {"id": "no-such-entry", "content": "x"},
+    "forget": {"ids": ["no-such-entry"]},
+    "list_stores": {},
+}
+
+
+def fuzzed_arguments(rng: random.Random, tool: str, schema: dict) -> dict[str, Any]:
+    """Arguments for a tool: half its valid ones with one changed, half each property left out or set at
+    random; values from the places where input goes wrong (any type, any size), now and then a name the
+    schema does not have."""
+    properties = list(schema.get("properties", {}))
+    if rng.random() < 0.5 and properties:
+        arguments = dict(VALID_ARGUMENTS[tool])
+        arguments[rng.choice(properties)] = rng.choice(_FUZZ_VALUES)
+        return arguments
+    arguments = {}
+    for name in properties:
+        if rng.random() < 0.6:
+            value = rng.choice(_FUZZ_VALUES)
+            arguments[name] = [value] * rng.choice([1, 2, 101]) if rng.random() < 0.1 else value
+    if rng.random() < 0.1:
+        arguments[rng.choice(["extra", "__proto__", "ids[0]"])] = rng.choice(_FUZZ_VALUES)
+    return arguments
+
+
+def test_fuzzed_arguments_get_a_result_or_a_tool_error_that_says_why_never_a_crash(
+    server, tenant_keys, entries
+) -> None:
+    """Every tool, 400 calls each with seeded arguments of any type and size: each call answers, or comes
+    back as a tool error with a reason; none is the SDK's bare message for a tool that raised."""
+    rng = random.Random(FUZZ_SEED)
+
+    async def scenario(session: McpClient) -> list[tuple[str, dict, str]]:
+        crashed = []
+        for tool in (await session.list_tools()).tools:
+            for _ in range(400):
+                arguments = fuzzed_arguments(rng, tool.name, tool.input_schema)
+                result = await session.call_tool(tool.name, arguments)
+                text = result.content[0].text if result.content else ""
+                if result.is_error and not text.startswith(f"Error executing tool {tool.name}: "):
+                    crashed.append((tool.name, arguments, text))
+        return crashed
+
+    client = stdio(server.address, tenant_keys.acme_agent, "--store", entries.store, "--user-id", "fuzz")
+    crashed = run(within(client, scenario))
+    assert not crashed, f"seed {FUZZ_SEED}: {crashed[:3]}"
