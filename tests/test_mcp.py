@@ -419,6 +419,27 @@ def test_over_http_each_request_acts_with_its_own_key_so_two_keys_see_two_tenant
     assert [item["content"] for item in found["entries"]] == ["Globex's cat is called Secret"]
 
 
+def test_over_http_concurrent_requests_of_two_tenants_each_act_with_their_own_key(http, tenant_keys, entries) -> None:
+    """Forty sessions at once, two tenants interleaved on one process: each sees its own tenant only (the
+    key rides with its request, never with whichever request the process served before or beside it)."""
+
+    async def session(key: str) -> list[str]:
+        async with http.client(key) as client:
+            found = await call(client, "recall", query="Whose cat is this?", max_results=100)
+            listed = await call(client, "list_stores")
+        return [item["store"] for item in found["entries"]] + [store["name"] for store in listed["stores"]]
+
+    async def crowd() -> list[list[str]]:
+        keys = [tenant_keys.acme_admin, tenant_keys.globex_admin] * 20
+        return await asyncio.gather(*(session(key) for key in keys))
+
+    for n, seen in enumerate(run(crowd())):
+        if n % 2:
+            assert set(seen) == {entries.globex_store}, seen
+        else:
+            assert entries.store in seen and entries.globex_store not in seen, seen
+
+
 def test_over_http_a_request_without_a_key_is_refused_though_the_process_has_one(http, tenant_keys) -> None:
     for key in (None, "cfk_00000000_not-a-key"):
         text = run(refused_once(http.client(key), "list_stores"))
