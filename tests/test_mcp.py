@@ -550,7 +550,7 @@ def test_the_docs_error_lines_are_what_the_tools_answer(server, tenant_keys, ent
     assert printed.replace("'m-1'", repr(memory_id)).splitlines() == answered
 
 
-FUZZ_SEED = int(os.environ.get("CONTEXTFOLD_FUZZ_SEED", "20261201"))
+FUZZ_SEED = int(os.environ.get("CONTEXTFOLD_MCP_FUZZ_SEED", "20261201"))
 _FUZZ_VALUES: list[Any] = [
     "", " ", "a", "notes", "x" * 64, "y" * 16_385, "nul\x00byte", "\x7f", "\u202e\u200b", "\U0010ffff",
     "line\nbreak", "{{ 7 * 7 }}", "2026-13-45", "cfk_00000000_x", 0, 1, -1, 101, 2**31, -(2**63), 1e308, -0.5,

@@ -133,6 +133,9 @@ def test_providers_are_registered_listed_updated_and_deleted(cf: Client, registe
         (lambda cf: cf.register_provider("p", ""), "provider.target"),
         (lambda cf: cf.register_provider("p", "http://example.com/x"), "provider.target"),
         (lambda cf: cf.register_provider("p", "127.0.0.1:70000"), "provider.target"),
+        (lambda cf: cf.register_provider("p", "127K0...1:1"), "provider.target"),
+        (lambda cf: cf.register_provider("p", "." + "a" * 10 + ":1"), "provider.target"),
+        (lambda cf: cf.register_provider("p", "x" * 64 + ".example:1"), "provider.target"),
         (lambda cf: cf.register_provider("p", "127.0.0.1:1", timeout=31), "provider.timeout"),
         (lambda cf: cf.register_provider("p", "127.0.0.1:1", max_tokens=-1), "provider.max_tokens"),
         (lambda cf: cf.inject([user("x")], max_tokens=-5), "max_tokens"),
@@ -510,6 +513,7 @@ def denied_targets(provider_server: ServerProcess) -> list[str]:
         "unix:/tmp/any.sock",  # a socket path the allow-list does not name
         "unix-abstract:anything",
         "dns://8.8.8.8/provider.internal:443",  # a name resolved by a server of the caller's choosing
+        "dns:///a..b:443",  # a name no resolver can encode (an empty label): it does not resolve
         # The metadata address in other clothes: IPv4-mapped, NAT64, 6to4, a decimal number.
         "[::ffff:169.254.169.254]:80",
         "[64:ff9b::a9fe:a9fe]:80",

@@ -222,7 +222,8 @@ class EgressPolicy:
             return cached[1]
         try:
             addresses = await (self.resolve or _resolve)(endpoint.host, endpoint.port)
-        except OSError as error:
+        except (OSError, UnicodeError) as error:
+            # UnicodeError: a name the resolver cannot even encode (an empty or 64-character label).
             raise EgressDenied(f"{endpoint.host} does not resolve: {error}") from None
         if not addresses:
             raise EgressDenied(f"{endpoint.host} resolves to no address")
@@ -273,7 +274,7 @@ def _resolve_now(host: str, port: int | None = None) -> list[Address]:
     """What `host` resolves to, blocking (at start-up only); nothing when it does not resolve."""
     try:
         return [_address_of(info) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
-    except OSError:
+    except (OSError, UnicodeError):
         return []
 
 
