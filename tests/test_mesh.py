@@ -112,6 +112,17 @@ def chat(*messages: dict[str, Any], **fields: Any) -> str:
     return json.dumps({"model": "gpt-stand-in", "messages": list(messages), **fields})
 
 
+def asked_again(mesh: Mesh, headers: dict[str, str], first: str) -> list[dict[str, Any]]:
+    """A second turn about Ana's dog, the first turn kept as the model saw it: the messages the model got."""
+    again = chat(
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "Biscuit."},
+        {"role": "user", "content": "And what else do you know about Ana's dog?"},
+    )
+    mesh.post("/v1/chat/completions", again, headers)
+    return mesh.model.last().json()["messages"]
+
+
 def folded_text(message: dict[str, Any]) -> str:
     """What was folded into a message: the text after its own (a string's end, or the parts added)."""
     content = message["content"]
@@ -219,13 +230,7 @@ def test_a_second_turn_carrying_the_first_turns_block_gets_new_entries_only(mesh
     shown = [text for text in ACME_NOTES.values() if text in first]
     assert len(shown) == 2, first
     # The client kept what it was shown, as plain text, and asks again about the same thing.
-    again = chat(
-        {"role": "user", "content": first},
-        {"role": "assistant", "content": "Biscuit."},
-        {"role": "user", "content": "And what else do you know about Ana's dog?"},
-    )
-    mesh.post("/v1/chat/completions", again, headers)
-    messages = mesh.model.last().json()["messages"]
+    messages = asked_again(mesh, headers, first)
     assert messages[0]["content"] == first, "the earlier turn is as sent"
     second = messages[2]["content"]
     new = [text for text in ACME_NOTES.values() if text in second]
@@ -422,12 +427,6 @@ def test_with_another_format_an_entry_an_earlier_message_shows_is_not_injected_a
     first = mesh.model.last().json()["messages"][0]["content"]
     shown = [text for text in ACME_NOTES.values() if f"- {text}" in first]
     assert len(shown) == 2, first
-    again = chat(
-        {"role": "user", "content": first},
-        {"role": "assistant", "content": "Biscuit."},
-        {"role": "user", "content": "And what else do you know about Ana's dog?"},
-    )
-    mesh.post("/v1/chat/completions", again, headers)
-    second = mesh.model.last().json()["messages"][2]["content"]
+    second = asked_again(mesh, headers, first)[2]["content"]
     new = [text for text in ACME_NOTES.values() if text in second]
     assert new and not set(new) & set(shown), second

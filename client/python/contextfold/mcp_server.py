@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
@@ -509,8 +510,6 @@ def run(common: argparse.Namespace, args: argparse.Namespace) -> int:
     key = None if http else common.api_key if common.api_key is not None else os.environ.get("CONTEXTFOLD_API_KEY", "")
     scope = {name: getattr(args, name) for name in ("user_id", "agent_id", "session_id") if getattr(args, name)}
     server, memory = build(Settings(common.address, key, common.timeout, scope, list(args.store)))
-    import anyio
-
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(_serve_http if http else _serve_stdio, server, memory, args)
     return 0

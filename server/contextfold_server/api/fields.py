@@ -66,11 +66,10 @@ _PROVIDER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
 # host:port, [v6]:port, or a gRPC name-resolver URI (dns:, unix:, ipv4:, ipv6:).
 _TARGET = re.compile(
     r"(?:(?:dns|unix|unix-abstract|ipv4|ipv6):[^\s\x00-\x1f\x7f]{1,250}"
-    r"|(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):\d{1,5})"
+    r"|(?:\[[0-9A-Fa-f:.]+\]|(?P<name>[A-Za-z0-9.-]{1,253})):\d{1,5})"
 )
-# A host:port target naming its host by name (not a bracketed IPv6 address, not a resolver URI), whose
-# name is then labels of 1 to 63 letters, digits and hyphens, between dots (a trailing dot allowed).
-_HOST_NAME_TARGET = re.compile(r"[A-Za-z0-9.-]{1,253}:\d{1,5}")
+# A host:port target's host named by name (`_TARGET`'s `name`): labels of 1 to 63 letters, digits and
+# hyphens, between dots (a trailing dot allowed).
 _DNS_NAME = re.compile(r"(?:[A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}")
 # Control characters: none in stored text but tab and line breaks, none at all in a line.
 _CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -245,10 +244,12 @@ def check_provider_names(names: Sequence[str], field: str, reserved: Sequence[st
 
 
 def check_target(target: str, field: str) -> str:
-    host, _, port = target.rpartition(":")
-    if not _TARGET.fullmatch(target) or (port.isdigit() and not 0 < int(port) < 65536):
+    port = target.rsplit(":", 1)[-1]
+    matched = _TARGET.fullmatch(target)
+    if not matched or (port.isdigit() and not 0 < int(port) < 65536):
         raise InvalidArgument.of(field, "must be host:port, [ipv6]:port, or a dns:, unix:, ipv4: or ipv6: target")
-    if _HOST_NAME_TARGET.fullmatch(target) and not _DNS_NAME.fullmatch(host.removesuffix(".")):
+    host = matched.group("name")
+    if host is not None and not _DNS_NAME.fullmatch(host.removesuffix(".")):
         raise InvalidArgument.of(field, f"{host!r} is not a host name: labels of 1 to 63 characters, between dots")
     return target
 
