@@ -178,7 +178,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         call = CALL.get()
         delete = parse_delete_memories(request)
         deleted = await self._store.delete_memories(
-            call.namespace, delete.ids, request.allow_missing, key_scope(call.caller), etag=delete.etag
+            call.namespace, delete.ids, delete.allow_missing, key_scope(call.caller), etag=delete.etag
         )
         return memory_pb2.DeleteMemoriesResponse(deleted_count=deleted)
 

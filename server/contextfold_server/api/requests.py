@@ -529,6 +529,8 @@ class DeleteCall:
     ids: list[str]
     # With one id, the version it may be deleted in; "" for any.
     etag: str
+    # Ids that hold nothing are not an error.
+    allow_missing: bool
 
 
 def parse_delete_memories(request: memory_pb2.DeleteMemoriesRequest) -> DeleteCall:
@@ -541,7 +543,7 @@ def parse_delete_memories(request: memory_pb2.DeleteMemoriesRequest) -> DeleteCa
     if request.etag and len(ids) != 1:
         raise InvalidArgument.of("etag", f"names one entry's version: give one id with it, not {len(ids)}")
     # Opaque, compared as it came (as UpdateMemory's): one that matches no version deletes nothing.
-    return DeleteCall(ids, request.etag)
+    return DeleteCall(ids, request.etag, request.allow_missing)
 
 
 @dataclass(frozen=True)
