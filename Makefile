@@ -16,8 +16,11 @@ GO_READY := $(VENV)/.go-installed
 # generated code).
 GO_PACKAGES := golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
+# The console's browser tests: Debian's Chromium, headless, driven by its chromedriver.
+BROWSER_READY := $(VENV)/.browser-installed
+BROWSER_PACKAGES := chromium chromium-driver
 
-.PHONY: install run test proto proto-baseline lint format bench bench-quick bench-soak mesh-demo clean
+.PHONY: install run test console-screenshots proto proto-baseline lint format bench bench-quick bench-soak mesh-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,27 +45,40 @@ $(TS_READY): $(TS)/package.json $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Installed with apt-get when missing (as root; otherwise the command to run is printed).
-$(GO_READY): $(BIN)/python
-	@if ! dpkg -s $(GO_PACKAGES) >/dev/null 2>&1; then \
-		if [ "$$(id -u)" != 0 ]; then echo "the Go client needs: sudo apt-get install $(GO_PACKAGES)" >&2; exit 1; fi; \
-		echo "installing the Go client's Debian packages"; \
+# Debian packages, installed with apt-get when missing (as root; otherwise the command to run is printed):
+# $(call apt_install,<packages>,<what needs them>).
+define apt_install
+	@if ! dpkg -s $(1) >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ]; then echo "for $(2): sudo apt-get install $(1)" >&2; exit 1; fi; \
+		echo "installing Debian packages for $(2)"; \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get install -y -q $(GO_PACKAGES) >/dev/null || \
-			{ apt-get update -q >/dev/null && apt-get install -y -q $(GO_PACKAGES) >/dev/null; }; \
+		apt-get install -y -q $(1) >/dev/null || \
+			{ apt-get update -q >/dev/null && apt-get install -y -q $(1) >/dev/null; }; \
 	fi
 	touch $@
+endef
 
-install: $(DEV_READY) $(TS_READY) $(GO_READY)
+$(GO_READY): $(BIN)/python
+	$(call apt_install,$(GO_PACKAGES),the Go client)
+
+$(BROWSER_READY): $(BIN)/python
+	$(call apt_install,$(BROWSER_PACKAGES),the console's browser tests)
+
+install: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY)
 
 ## run: start the server on localhost:50051 (embedded Postgres, local model), open: no API keys
 ## (--auth none; ARGS="--auth keys" to require them). ARGS="--port 6000" to change the port.
 run: $(SERVER_READY)
 	$(BIN)/contextfold serve --auth none $(ARGS)
 
-## test: the whole suite against real servers, Postgres and the model (TypeScript's and Go's tests included).
-test: $(DEV_READY) $(TS_READY) $(GO_READY)
+## test: the whole suite against real servers, Postgres and the model (TypeScript's and Go's tests, and the
+## console's in a headless Chromium, included). The console's screenshots land in build/artifacts/console.
+test: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## console-screenshots: the console's browser tests, their screenshots written into docs/console (docs/console.md).
+console-screenshots: $(DEV_READY) $(BROWSER_READY)
+	CONTEXTFOLD_SCREENSHOTS=docs/console $(BIN)/python -m pytest tests/test_console.py -q
 
 ## bench: Inject against its floor and mem0 at 10,000 and 100,000 entries; health beside heavy requests;
 ## the fan-out; CEL libraries compared; each ranking's recall, MRR and cost on the labelled sets;

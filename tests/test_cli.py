@@ -130,6 +130,8 @@ def test_update_versions_and_erase_from_the_command_line(server) -> None:
     assert stale.returncode == 1 and "ABORTED" in stale.stderr
     versions = json.loads(run_cli(server, "memory", "versions", added["id"]).stdout)
     assert [v["memory"]["content"] for v in versions] == ["Lives in Denver"]
+    counted = run_cli(server, "memory", "erase", "--user-id", "u9", "--validate-only")
+    assert json.loads(counted.stdout) == {"would_erase_count": 1}
     erased = run_cli(server, "memory", "erase", "--user-id", "u9")
     assert json.loads(erased.stdout) == {"erased_count": 1}
     run_cli(server, "stores", "delete", store, "--force")

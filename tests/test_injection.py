@@ -275,3 +275,68 @@ def test_folded_messages_too_large_for_a_response_come_back_untouched(client: Cl
     assert not result.injected
     assert result.report.skip_reason == injection_pb2.SKIP_REASON_OVER_BUDGET
     assert "4194304 bytes of a response" in result.report.detail
+
+
+# Explained
+
+
+VERDICT = injection_pb2.CandidateVerdict
+
+
+def verdicts(result) -> dict[str, int]:
+    return {candidate.id: candidate.verdict for candidate in result.report.candidates}
+
+
+def test_explained_the_report_weighs_every_candidate_and_says_which_were_injected(client: Client, make_store) -> None:
+    store = make_store()
+    added = client.add_memories(store, [f"The user's bicycle number {n} is painted {c}" for n, c in enumerate("RGBY")])
+    conversation = [user("What colour is my bicycle painted?")]
+
+    plain = client.inject(conversation, stores=[store], max_entries=2)
+    assert not plain.report.candidates, "only when asked"
+    result = client.inject(conversation, stores=[store], max_entries=2, explain=True)
+
+    candidates = list(result.report.candidates)
+    assert {c.id for c in candidates} == {m.id for m in added}
+    assert [c.rank for c in candidates] == [1, 2, 3, 4]
+    assert [c.score for c in candidates] == sorted((c.score for c in candidates), reverse=True)
+    injected = [c.id for c in candidates if c.verdict == VERDICT.CANDIDATE_VERDICT_INJECTED]
+    assert injected == [entry.id for entry in result.report.entries] == [c.id for c in candidates[:2]]
+    assert [c.verdict for c in candidates[2:]] == [VERDICT.CANDIDATE_VERDICT_RANKED_BELOW] * 2
+    assert all(c.detail.startswith(f"ranked {c.rank}, after the") for c in candidates[2:])
+    for candidate in candidates:
+        # The default ranking's score is the similarity and what each signal added.
+        assert set(candidate.signals) == {"stand_out", "words", "neighbour"}
+        assert candidate.score == pytest.approx(candidate.similarity + sum(candidate.signals.values()), abs=1e-4)
+        assert candidate.store == store and candidate.content.startswith("The user's bicycle")
+    assert result.messages == client.inject(conversation, stores=[store], max_entries=2).messages, "the same fold"
+
+
+def test_explained_a_candidate_left_out_says_why_min_score_conversation_or_budget(client: Client, make_store) -> None:
+    store = make_store()
+    near, far = client.add_memories(store, ["The user's violin was made in Cremona", "Invoices are filed quarterly"])
+    asked = [user("Where was my violin made?")]
+
+    picky = client.inject(asked, stores=[store], ranking="similarity", min_score=0.4, explain=True)
+    assert verdicts(picky) == {
+        near.id: VERDICT.CANDIDATE_VERDICT_INJECTED,
+        far.id: VERDICT.CANDIDATE_VERDICT_BELOW_MIN_SCORE,
+    }
+    assert dict(picky.report.candidates[0].signals) == {}, "similarity adds no signal"
+
+    later = [*picky.messages, assistant("Cremona."), user("And my violin?")]
+    again = client.inject(later, stores=[store], explain=True)
+    by_id = {c.id: c for c in again.report.candidates}
+    assert by_id[near.id].verdict == VERDICT.CANDIDATE_VERDICT_IN_CONVERSATION and by_id[near.id].rank == 0
+    assert by_id[near.id].detail == "injected in an earlier turn"
+
+    one_entry = client.inject(asked, stores=[store], max_entries=1).report.sources[0].tokens
+    tight = client.inject(asked, stores=[store], memory_max_tokens=one_entry, explain=True)
+    assert [e.id for e in tight.report.entries] == [near.id]
+    assert verdicts(tight) == {
+        near.id: VERDICT.CANDIDATE_VERDICT_INJECTED,
+        far.id: VERDICT.CANDIDATE_VERDICT_OVER_BUDGET,
+    }
+    nothing_fits = client.inject(asked, stores=[store], memory_max_tokens=2, explain=True)
+    assert set(verdicts(nothing_fits).values()) == {VERDICT.CANDIDATE_VERDICT_OVER_BUDGET}
+    assert {c.detail for c in nothing_fits.report.candidates} == {nothing_fits.report.detail}

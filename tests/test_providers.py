@@ -167,6 +167,33 @@ def test_an_update_mask_may_not_name_the_name(provider_server: ServerProcess, cf
     assert cf.get_provider("fixed").target == "127.0.0.1:1"
 
 
+def test_a_providers_outcomes_are_counted_with_the_latest_detail_and_go_with_it(cf: Client, register, ports) -> None:
+    register("counted", f"127.0.0.1:{ports['scripted']}")
+    register("counted-hanging", f"127.0.0.1:{ports['hanging']}", timeout=0.2)
+    app_state = {"texts": {"counted": "<counted/>"}}
+    for _ in range(3):
+        cf.inject([user("go")], max_entries=0, app_state=app_state, providers=["counted", "counted-hanging"])
+    cf.inject([user("go")], max_entries=0, app_state={"texts": {}}, providers=["counted"])
+
+    def outcomes(name: str) -> dict[tuple[bool, int], tuple[int, str]]:
+        return {(o.injected, o.skip_reason): (o.count, o.last_detail) for o in cf.get_provider(name).outcomes}
+
+    # The workers add their tallies every two seconds.
+    wait_for(lambda: sum(count for count, _ in outcomes("counted").values()) == 4, 15, what="four calls counted")
+    assert outcomes("counted") == {
+        (True, SKIP.SKIP_REASON_UNSPECIFIED): (3, ""),
+        (False, SKIP.SKIP_REASON_EMPTY_TEXT): (1, "the provider returned no text"),
+    }
+    wait_for(lambda: outcomes("counted-hanging"), 15, what="the hanging provider's calls counted")
+    assert outcomes("counted-hanging") == {(False, SKIP.SKIP_REASON_TIMEOUT): (3, "no answer within 0.200s")}
+    listed = {p.name: p for p in cf.list_providers()}
+    assert [o.count for o in listed["counted"].outcomes] == [3, 1], "most frequent first, in lists too"
+    # Registered again under the name, a provider starts with no history.
+    cf.delete_provider("counted")
+    assert not cf.register_provider("counted", f"127.0.0.1:{ports['scripted']}").outcomes
+    assert not cf.get_provider("counted").outcomes
+
+
 # Fan-out
 
 

@@ -231,9 +231,14 @@ def test_hybrid_ranks_the_entry_with_the_exact_identifier_first(client: Client, 
 
     vector_only = client.inject([user(ask)], stores=[stand_ups, incidents], ranking="similarity").report.entries
     assert vector_only[0].id != f"{prefix}-4417", "the codes look alike to the embedding"
-    result = client.inject([user(ask)], stores=[stand_ups, incidents], ranking="hybrid")
+    result = client.inject([user(ask)], stores=[stand_ups, incidents], ranking="hybrid", explain=True)
     assert result.report.ranking == memory_pb2.RANKING_HYBRID
     assert result.report.entries[0].id == f"{prefix}-4417"
+    # Explained, the order is the fused score's, and the exact code's entry holds the query's rare word.
+    best = result.report.candidates[0]
+    assert best.id == f"{prefix}-4417" and best.score == best.signals["fused"] and best.signals["lexical"] > 0
+    scores = [c.score for c in result.report.candidates]
+    assert scores == sorted(scores, reverse=True)
 
     # Words alone are not enough to be found: an entry needs them to be rare.
     common = client.inject([user("checkout latency orders")], stores=[stand_ups, incidents], ranking="hybrid")
@@ -335,6 +340,12 @@ def test_the_reranker_orders_the_candidates_and_the_report_says_so(
     assert result.report.ranking == memory_pb2.RANKING_RERANK
     store = memory_to_rerank[0]
     assert [e.id for e in result.report.entries] == [f"{store}-1", f"{store}-2"]
+    explained = reranking_server.inject(
+        [user(ask)], stores=memory_to_rerank, ranking="rerank", max_entries=2, explain=True
+    ).report.candidates
+    assert [c.id for c in explained[:2]] == [f"{store}-1", f"{store}-2"]
+    reranked = [c.signals["rerank"] for c in explained]
+    assert reranked == sorted(reranked, reverse=True), "in the reranker's order, with its scores"
     sent = fake_reranker.requests[-1]
     assert sent["path"] == "/rerank" and sent["auth"] == "Bearer sk-rerank"
     assert sent["body"]["query"] == ask and len(sent["body"]["texts"]) == 4

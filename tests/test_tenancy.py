@@ -327,8 +327,17 @@ def test_erasure_reaches_every_store_of_one_scope_and_nothing_else(
         as_tenant(tenants.acme_agent).erase_memories(scope={"user_id": "u1"})
     assert denied.value.details[0].reason == "ADMIN_ROLE_REQUIRED"
 
+    with pytest.raises(PermissionDenied):
+        as_tenant(tenants.acme_agent).erase_memories(scope={"user_id": "u1"}, validate_only=True)
+    # Counted first, as a confirmation shows it: nothing is erased by counting.
+    assert acme.erase_memories(scope={"user_id": "u1"}, stores=stores, validate_only=True) == 6
+    held = sum(len(list(acme.list_memories(store.name, scope={"user_id": "u1"}))) for store in acme.list_stores())
+    assert acme.erase_memories(scope={"user_id": "u1"}, validate_only=True) == held, "every store of the tenant"
+    assert acme.erase_memories(scope={"user_id": "u1"}, filter={"n": 0}, validate_only=True) == 2
+    assert len(list(acme.list_memories(stores[0], scope={"user_id": "u1"}))) == 3
     assert acme.erase_memories(scope={"user_id": "u1"}, stores=stores) == 6
     assert acme.erase_memories(scope={"user_id": "u1"}, stores=stores) == 0, "a retry finds nothing left"
+    assert acme.erase_memories(scope={"user_id": "u1"}, stores=stores, validate_only=True) == 0
     for store in stores:
         assert {m.user_id for m in acme.list_memories(store)} == {"u2"}
         assert len(list(globex.list_memories(store, scope={"user_id": "u1"}))) == 3, "the other tenant keeps all"

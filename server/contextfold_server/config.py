@@ -42,6 +42,9 @@ class Config:
     drain_seconds: float
     admin_host: str
     admin_port: int
+    # The web console (console/): off unless a port is given.
+    console_host: str
+    console_port: int
     tls_cert_file: Path | None
     tls_key_file: Path | None
     tls_client_ca_file: Path | None
@@ -269,6 +272,14 @@ def parse_config(argv: list[str] | None = None) -> Config:
     option(
         "--admin-port", int, 9464, help="serves Prometheus metrics at /metrics; 0 picks a free port, -1 turns it off"
     )
+    option(
+        "--console-port",
+        int,
+        -1,
+        help="serves the web console (pages for stores, entries, an Inject playground, providers, erasure;"
+        " behind the same API keys) at http://--console-host:PORT/; 0 picks a free port; -1, the default, turns it off",
+    )
+    option("--console-host", default="localhost", help="where the console listens (default: this machine only)")
     option("--tls-cert-file", Path)
     option("--tls-key-file", Path)
     option("--tls-client-ca-file", Path, help="require client certificates signed by this CA (mutual TLS)")
@@ -366,6 +377,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         drain_seconds=max(0.0, args.drain_seconds),
         admin_host=args.admin_host,
         admin_port=args.admin_port,
+        console_host=args.console_host,
+        console_port=args.console_port,
         tls_cert_file=args.tls_cert_file,
         tls_key_file=args.tls_key_file,
         tls_client_ca_file=args.tls_client_ca_file,

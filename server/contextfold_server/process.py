@@ -41,6 +41,8 @@ from .api.call import CallLimits
 from .api.pipeline import CallPipeline
 from .api.readiness import Readiness
 from .config import Config, default_quota
+from .console.gateway import SECURITY_HEADERS, Console
+from .console.http import HttpServer
 from .mesh.processor import ExternalProcessor, MeshLimits
 from .observe.logs import configure_logging
 from .observe.loop_lag import LoopLagMonitor
@@ -85,7 +87,9 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     limits = CallLimits(config.max_call_seconds, config.stream_idle_seconds)
     pipeline = CallPipeline(metrics, admission, quotas, usage, keys, readiness, lag, limits)
     server = grpc_server(config, pipeline, shared.port)
-    mesh = _Mesh(config, server, metrics) if config.ext_proc else None
+    own = _OwnChannel(config, server) if config.ext_proc or shared.console_port is not None else None
+    if config.ext_proc and own is not None:
+        _mesh(config, server, own, metrics)
     pending = {name: _Pending(service) for service, _, name in SERVICES}
     for service, stubs, name in SERVICES:
         getattr(stubs, f"add_{service.name}Servicer_to_server")(pending[name], server)
@@ -95,10 +99,13 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     await readiness.starting()
     databases: list[Database] = []
     await server.start()
+    console = None
+    if shared.console_port is not None and own is not None:
+        console = await _console(config, shared.console_port, own, keys)
     # The worker's metrics, for the supervisor to gather: never on a public interface.
     metrics_port = metrics.serve("127.0.0.1", 0)
     # Every port the server's processes listen on, as the supervisor tells them (no provider may be one).
-    own_ports = {shared.port, config.admin_port, metrics_port}
+    own_ports = {shared.port, config.admin_port, metrics_port, *([shared.console_port] if shared.console_port else [])}
     following = _hear_the_supervisor(reports, readiness, stopping, databases, own_ports)
     reports.send(Listening(metrics_port))
 
@@ -136,20 +143,23 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         await readiness.draining()
         # The drain the operator asked for: balancers and meshes see NOT_SERVING and stop sending calls.
         await asyncio.sleep(config.drain_seconds)
+        if console is not None:
+            await console.close()
         await server.stop(config.grace_seconds)
-        if mesh is not None:
-            await mesh.close()
+        if own is not None:
+            await own.close()
         await lag.close()
         following.cancel()
     stop_tracing()
     logger.info("stopped | worker=<%d>", worker)
 
 
-class _Mesh:
-    """Envoy's external processor, served beside contextfold's services, and the socket of the worker's
-    own through which it calls them (no TLS, no network: a folder only this process's user may enter)."""
+class _OwnChannel:
+    """A socket of the worker's own on its gRPC server, and a channel to it, through which the mesh's
+    processor and the console call contextfold's services as any client does (no TLS, no network: a
+    folder only this process's user may enter)."""
 
-    def __init__(self, config: Config, server: grpc.aio.Server, metrics: Metrics) -> None:
+    def __init__(self, config: Config, server: grpc.aio.Server) -> None:
         self._folder = tempfile.mkdtemp(prefix="contextfold-api-")
         address = f"unix:{self._folder}/api.sock"
         server.add_insecure_port(address)
@@ -158,14 +168,26 @@ class _Mesh:
             ("grpc.max_send_message_length", config.max_message_bytes),
             ("grpc.max_receive_message_length", 4 * config.max_message_bytes),
         ]
-        self._channel = grpc.aio.insecure_channel(address, options=limits)
-        mesh = MeshLimits(config.ext_proc_timeout, config.ext_proc_max_body_bytes, config.ext_proc_outcome_header)
-        processor = ExternalProcessor(lambda: self._channel, mesh, metrics.mesh_requests)
-        server.add_generic_rpc_handlers((processor.handler(),))
+        self.channel = grpc.aio.insecure_channel(address, options=limits)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self.channel.close()
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _mesh(config: Config, server: grpc.aio.Server, own: _OwnChannel, metrics: Metrics) -> None:
+    """Envoy's external processor, served beside contextfold's services."""
+    mesh = MeshLimits(config.ext_proc_timeout, config.ext_proc_max_body_bytes, config.ext_proc_outcome_header)
+    processor = ExternalProcessor(lambda: own.channel, mesh, metrics.mesh_requests)
+    server.add_generic_rpc_handlers((processor.handler(),))
+
+
+async def _console(config: Config, port: int, own: _OwnChannel, keys: KeyRing) -> HttpServer:
+    """The web console, on the port every worker shares."""
+    console = Console(lambda: own.channel, keys, config.console_host, port)
+    http = HttpServer(console.handle, SECURITY_HEADERS)
+    await http.start(config.console_host, port)
+    return http
 
 
 class _Pending:

@@ -6,8 +6,8 @@ and sandbox, all listening on the same port: the kernel spreads connections over
 them (SO_REUSEPORT, as gRPC's multiprocessing example does). This process starts
 what they share and no gRPC of its own: the embedded Postgres (once), the local
 model's cached export (once, before the workers would race for it), the port
-(held, so `--port 0` names one port for all), and the admin port, where one scrape
-of /metrics covers every worker. It forwards SIGTERM and SIGINT, so every worker
+(held, so `--port 0` names one port for all; the console's too, when it is on), and the
+admin port, where one scrape of /metrics covers every worker. It forwards SIGTERM and SIGINT, so every worker
 drains; it replaces a worker that dies while serving, and gives up, exiting
 non-zero, when one cannot start.
 """
@@ -79,7 +79,7 @@ class _Supervisor:
     workers: dict[int, _Worker] = field(default_factory=dict)
     # When stopping: the time by which every worker must have stopped (time.monotonic()).
     stop_by: float | None = None
-    # Ports of the supervisor's own (the admin port, as bound).
+    # Ports of the supervisor's own (the console's and the admin port, as bound).
     extra_ports: tuple[int, ...] = ()
     announced: bool = False
 
@@ -259,18 +259,23 @@ def _supervise(
     if config.auth == "none":
         _warn_open(config.host)
     reservation, port = _reserve_port(config.host, config.port)
-    supervisor = _Supervisor(config, Shared(database_url, port, model, config.database_migration_url))
+    console = _reserve_port(config.console_host, config.console_port) if config.console_port >= 0 else None
+    shared = Shared(database_url, port, model, config.database_migration_url, console[1] if console else None)
+    supervisor = _Supervisor(config, shared)
+    if console is not None:
+        supervisor.extra_ports = (console[1],)
+        logger.info("console on http://%s:%d/", config.console_host, console[1])
     if config.admin_port >= 0:
         registry = CollectorRegistry()
         registry.register(WorkerMetrics(supervisor.metrics_endpoints))
         metrics_server, _ = start_http_server(config.admin_port, addr=config.admin_host, registry=registry)
-        supervisor.extra_ports = (metrics_server.server_port,)
+        supervisor.extra_ports = (*supervisor.extra_ports, metrics_server.server_port)
         logger.info("metrics on http://%s:%d/metrics", config.admin_host, metrics_server.server_port)
     for index in range(config.workers):
         supervisor.spawn(index)
 
     exit_code = 0
-    with reservation, woken, wake:
+    with reservation, console[0] if console else contextlib.nullcontext(), woken, wake:
         while supervisor.workers:
             left = None if supervisor.stop_by is None else max(0.0, supervisor.stop_by - time.monotonic())
             database = [embedded.sentinel] if embedded is not None and embedded.watched else []

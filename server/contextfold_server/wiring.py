@@ -52,6 +52,7 @@ from .postgres.replicas import Databases
 from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
 from .providers.fanout import ProviderChannels
+from .providers.outcomes import ProviderOutcomes
 from .providers.registry import ProviderDirectory, ProviderRepository
 from .tokens import count_tokens
 
@@ -69,6 +70,8 @@ class Shared:
     # The local model's ONNX export; None with a remote embedder.
     model: Path | None
     migration_url: str = ""
+    # The web console's port, held by the supervisor and shared by every worker; None when it is off.
+    console_port: int | None = None
 
     @property
     def owner_url(self) -> str:
@@ -160,9 +163,12 @@ async def build(
         reranker=reranker is not None, extractor=extractor is not None, embedding_dimension=embedder.dimension
     )
     page_tokens = PageTokens(secret)
+    outcomes = ProviderOutcomes(shared.owner_url)
+    outcomes.start()
+    running.push_async_callback(outcomes.close)
     await warm_up(embedder, searcher, database.min_size)
     return Services(
-        injection=InjectionServicer(searcher, directory, channels, sandbox, capabilities),
+        injection=InjectionServicer(searcher, directory, channels, sandbox, capabilities, outcomes),
         memory=MemoryServicer(
             store,
             lifecycle,

@@ -119,6 +119,8 @@ class InjectOptions(InjectSettings, total=False):
     """The agent's application state, for expressions, templates and providers."""
     agent: Mapping[str, str]
     """The agent asking: `{"id": …, "name": …}`."""
+    explain: bool
+    """Say in the report why each candidate entry was injected or left out (`report.candidates`)."""
 
 
 class SearchOptions(TypedDict, total=False):
@@ -180,6 +182,7 @@ def inject(messages: Iterable[Mapping[str, Any]], options: InjectOptions) -> inj
         coalesce=options.get("coalesce", False),
         app_state=struct(options.get("app_state")),
         agent=injection_pb2.Agent(**agent) if agent else None,
+        explain=options.get("explain", False),
     )
 
 

@@ -134,8 +134,10 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
     elif args.action == "versions":
         _print_json([_proto_json(version) for version in cf.list_memory_versions(args.id)])
     elif args.action == "erase":
-        erased = cf.erase_memories(scope=_scope(args), filter=_filter(args), stores=args.store)
-        _print_json({"erased_count": erased})
+        erased = cf.erase_memories(
+            scope=_scope(args), filter=_filter(args), stores=args.store, validate_only=args.validate_only
+        )
+        _print_json({"would_erase_count" if args.validate_only else "erased_count": erased})
     elif args.action == "export":
         _export(args, cf)
     elif args.action == "import":
@@ -375,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory_actions.add_parser("versions", help="the versions updates replaced, newest first").add_argument("id")
     erase = memory_actions.add_parser("erase", help="delete every entry of a scope and/or filter, in every store")
     erase.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
+    erase.add_argument("--validate-only", action="store_true", help="count what would be erased; erase nothing")
     _add_scope_options(erase)
     export = memory_actions.add_parser("export", help="write stores and entries (with vectors) as JSON Lines")
     export.add_argument("--store", action="append", default=[], help="repeat for several; default: all")

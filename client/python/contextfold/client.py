@@ -273,9 +273,12 @@ class _calls:
         return _Call("memory", "ListMemoryVersions", request, lambda r: r)
 
     @staticmethod
-    def erase_memories(scope: ScopeLike, filter: FilterLike, stores: Sequence[str]) -> _Call[int]:
+    def erase_memories(scope: ScopeLike, filter: FilterLike, stores: Sequence[str], validate_only: bool) -> _Call[int]:
         request = memory_pb2.EraseMemoriesRequest(
-            scope=_requests.scope(scope), filter=_requests.filter_message(filter), stores=list(stores)
+            scope=_requests.scope(scope),
+            filter=_requests.filter_message(filter),
+            stores=list(stores),
+            validate_only=validate_only,
         )
         return _Call("memory", "EraseMemories", request, lambda r: r.erased_count)
 
@@ -461,10 +464,17 @@ class Client:
         """The versions the entry's updates replaced, newest first."""
         return self._pages(lambda token: _calls.list_memory_versions(memory_id, token), "versions")
 
-    def erase_memories(self, *, scope: ScopeLike = None, filter: FilterLike = None, stores: Sequence[str] = ()) -> int:
+    def erase_memories(
+        self,
+        *,
+        scope: ScopeLike = None,
+        filter: FilterLike = None,
+        stores: Sequence[str] = (),
+        validate_only: bool = False,
+    ) -> int:
         """Delete every entry within `scope` and/or matching `filter`, in `stores` (default: all): how many.
-        Admin keys, or a key bound to the scope."""
-        return self._run(_calls.erase_memories(scope, filter, stores))
+        Admin keys, or a key bound to the scope. With `validate_only`, nothing is deleted: how many would be."""
+        return self._run(_calls.erase_memories(scope, filter, stores, validate_only))
 
     def export_memories(
         self,
@@ -655,9 +665,14 @@ class AsyncClient:
         return self._pages(lambda token: _calls.list_memory_versions(memory_id, token), "versions")
 
     async def erase_memories(
-        self, *, scope: ScopeLike = None, filter: FilterLike = None, stores: Sequence[str] = ()
+        self,
+        *,
+        scope: ScopeLike = None,
+        filter: FilterLike = None,
+        stores: Sequence[str] = (),
+        validate_only: bool = False,
     ) -> int:
-        return await self._run(_calls.erase_memories(scope, filter, stores))
+        return await self._run(_calls.erase_memories(scope, filter, stores, validate_only))
 
     async def export_memories(
         self,

@@ -105,6 +105,8 @@ export interface InjectOptions {
   appState?: JsonObject;
   /** The agent asking. */
   agent?: { id?: string; name?: string };
+  /** Say in the report why each candidate entry was injected or left out (`report.candidates`). */
+  explain?: boolean;
 }
 
 /** The folded conversation and the report of what was injected, or why not. */
@@ -159,6 +161,7 @@ export function injectRequest(messages: readonly MessageData[], options: InjectO
     coalesce: options.coalesce ?? false,
     appState: options.appState,
     agent: options.agent,
+    explain: options.explain ?? false,
   });
 }
 

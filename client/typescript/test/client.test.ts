@@ -4,6 +4,7 @@ import net from "node:net";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
+  CandidateVerdict,
   ContextfoldClient,
   ContextfoldError,
   filterMessage,
@@ -93,6 +94,15 @@ test("updates carry etags, filters narrow, and erasure counts what it deleted", 
     (error: unknown) => error instanceof ContextfoldError && error.fieldViolations[0]?.field === "filter.field.field",
   );
 
+  const explained = await cf.inject(ask, { stores: [store], maxEntries: 1, explain: true });
+  assert.deepEqual(
+    explained.report.candidates.map((candidate) => candidate.verdict),
+    [CandidateVerdict.INJECTED, CandidateVerdict.RANKED_BELOW],
+  );
+  assert.equal(explained.report.candidates[0].id, explained.report.entries[0].id);
+
+  const counted = await cf.memory.eraseMemories({ scope: { userId: "ts-user" }, stores: [store], validateOnly: true });
+  assert.equal(counted.erasedCount, 2n);
   const { erasedCount } = await cf.memory.eraseMemories({ scope: { userId: "ts-user" }, stores: [store] });
   assert.equal(erasedCount, 2n);
   assert.equal((await cf.memory.listMemories({ store })).memories.length, 0);

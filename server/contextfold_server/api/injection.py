@@ -16,6 +16,7 @@ from ..errors import Unavailable
 from ..memory.search import MemorySearcher
 from ..postgres.consistency import answered_by
 from ..providers.fanout import ProviderChannels, provider_port
+from ..providers.outcomes import INJECTED, ProviderOutcomes
 from ..providers.registry import ProviderDirectory
 from ..tokens import count_tokens_off_the_loop
 from .call import CALL
@@ -32,7 +33,9 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         channels: ProviderChannels,
         sandbox: Sandbox,
         capabilities: Capabilities,
+        outcomes: ProviderOutcomes,
     ) -> None:
+        self._outcomes = outcomes
         self._searcher = searcher
         self._directory = directory
         self._channels = channels
@@ -86,6 +89,12 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             count_tokens_off_the_loop,
             RequestCustomizer(self._sandbox, request, parsed.turns, call.namespace, call.deadline),
         )
+
+        registered = {record.name for record in providers}
+        for source in outcome.sources[1:]:
+            if source.source in registered:
+                kind = INJECTED if source.injected or source.skip_reason is None else source.skip_reason.value
+                self._outcomes.count(call.namespace, source.source, kind, source.private_detail or source.detail)
 
         # The response starts as the request's own messages: only the fold target gains blocks.
         reveal = sees_private_details(call.caller)

@@ -223,7 +223,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> memory_pb2.EraseMemoriesResponse:
         call = CALL.get()
         erasing = parse_erase_memories(request, call.caller)
-        erased = await self._lifecycle.erase(call.namespace, erasing.stores, erasing.scope, erasing.filter)
+        if erasing.validate_only:
+            erased = await self._lifecycle.count(call.namespace, erasing.stores, erasing.scope, erasing.filter)
+        else:
+            erased = await self._lifecycle.erase(call.namespace, erasing.stores, erasing.scope, erasing.filter)
         return memory_pb2.EraseMemoriesResponse(erased_count=erased)
 
     async def ExportMemories(

@@ -345,6 +345,7 @@ def parse_inject(request: injection_pb2.InjectRequest, caller: Caller, capabilit
         format_template=format_template,
         ranking=searched["ranking"],
         filter=searched["filter"],
+        explain=request.explain,
     )
     check_provider_names(request.providers, "providers", RESERVED_SOURCES)
     return InjectCall(
@@ -609,13 +610,20 @@ class Selection:
     filter: Filter | None
 
 
-def parse_erase_memories(request: memory_pb2.EraseMemoriesRequest, caller: Caller) -> Selection:
+@dataclass(frozen=True)
+class EraseCall(Selection):
+    """An erasure's selection, and whether it only counts (`validate_only`)."""
+
+    validate_only: bool = False
+
+
+def parse_erase_memories(request: memory_pb2.EraseMemoriesRequest, caller: Caller) -> EraseCall:
     check_store_names(request.stores, "stores")
     scope = _scope(request.scope, "scope")
     tree = _filter(request)
     if not scope.fields() and tree is None:
         raise InvalidArgument.of("scope", "name a scope or a filter (to erase a whole store, delete it)")
-    return Selection(list(dict.fromkeys(request.stores)), confine(caller, scope, "scope"), tree)
+    return EraseCall(list(dict.fromkeys(request.stores)), confine(caller, scope, "scope"), tree, request.validate_only)
 
 
 def parse_export_memories(request: memory_pb2.ExportMemoriesRequest, caller: Caller) -> Selection:

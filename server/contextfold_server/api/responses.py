@@ -7,17 +7,22 @@ from collections.abc import Sequence
 
 from contextfold.v1 import conversation_pb2, injection_pb2, memory_pb2, provider_pb2
 
+from ..engine.explain import Verdict, settled
 from ..engine.gate import SkipReason
 from ..engine.injection import InjectionOutcome
 from ..engine.ranking import Ranking
 from ..engine.region import PlannedBlock
 from ..engine.trigger import Trigger
 from ..memory.records import MemoryRecord, MemoryVersion, StoreRecord
+from ..providers.outcomes import INJECTED
 from ..providers.registry import ProviderRecord
 from .requests import RANKINGS
 
 _SKIP_REASONS = {reason: injection_pb2.SkipReason.Value(f"SKIP_REASON_{reason.name}") for reason in SkipReason}
 _RANKINGS_TO_PROTO = {ranking: value for value, ranking in RANKINGS.items()}
+_VERDICTS: dict[Verdict | None, int] = {
+    verdict: injection_pb2.CandidateVerdict.Value(f"CANDIDATE_VERDICT_{verdict.name}") for verdict in Verdict
+}
 
 
 # Injection
@@ -61,6 +66,20 @@ def report_to_proto(outcome: InjectionOutcome, reveal: bool = False) -> injectio
             tokens=source.tokens,
         )
         entry.duration.FromNanoseconds(int(source.duration * 1e9))
+    if memory.considered:
+        ids = [entry.id for entry in memory.entries]
+        for candidate in settled(memory.considered, memory.injected, ids, memory.skip_reason, memory.detail):
+            report.candidates.add(
+                id=candidate.id,
+                store=candidate.store,
+                content=candidate.content,
+                score=candidate.score,
+                similarity=candidate.similarity,
+                signals=candidate.signals,
+                verdict=_VERDICTS.get(candidate.verdict, injection_pb2.CANDIDATE_VERDICT_UNSPECIFIED),
+                detail=candidate.detail,
+                rank=candidate.rank,
+            )
     return report
 
 
@@ -146,4 +165,21 @@ def provider_to_proto(record: ProviderRecord) -> provider_pb2.Provider:
     provider.timeout.FromMilliseconds(record.timeout_ms)
     provider.create_time.FromDatetime(record.create_time)
     provider.update_time.FromDatetime(record.update_time)
+    for counted in record.outcomes:
+        injected = counted.outcome == INJECTED
+        outcome = provider.outcomes.add(
+            injected=injected,
+            skip_reason=injection_pb2.SKIP_REASON_UNSPECIFIED if injected else _skip_reason_named(counted.outcome),
+            count=counted.count,
+            last_detail=counted.last_detail,
+        )
+        outcome.last_time.FromDatetime(counted.last_time)
     return provider
+
+
+def _skip_reason_named(name: str) -> injection_pb2.SkipReason.ValueType:
+    """A skip reason as the outcomes' table names it (`timeout`); a name this server does not know as FAILED."""
+    try:
+        return injection_pb2.SkipReason.Value(f"SKIP_REASON_{name.upper()}")
+    except ValueError:
+        return injection_pb2.SKIP_REASON_FAILED

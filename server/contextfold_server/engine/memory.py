@@ -15,6 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 from .conversation import Turn, injected_entry_ids, shown_texts
 from .entries import RetrievedEntry
+from .explain import Considered, Verdict, excluded
 from .filters import Filter
 from .format import MemoryFormat, escape_xml_text
 from .gate import Customizer, Gate, Skipped, SkipReason
@@ -55,6 +56,8 @@ class MemoryRequest:
     ranking: Ranking | None = None
     # Only entries matching it.
     filter: Filter | None = None
+    # Say why each candidate was injected or left out (`explain.py`).
+    explain: bool = False
 
     @property
     def gate(self) -> Gate:
@@ -78,6 +81,8 @@ class SearchQuery:
     ranking: Ranking | None = None
     # Only entries matching it.
     filter: Filter | None = None
+    # Weigh out loud: the result says what the ranking made of each candidate.
+    explain: bool = False
 
 
 @dataclass
@@ -94,6 +99,8 @@ class SearchResult(Generic[Found]):
     notes: tuple[str, ...] = ()
     # The strategy that ranked `entries`, and why it is not the one asked for, when it is not.
     ranking: Ranking | None = None
+    # Explaining: the candidates weighed, best first, with their signals (`explain.py`).
+    considered: list[Considered] = field(default_factory=list)
 
 
 class MemorySearch(Protocol):
@@ -145,6 +152,7 @@ async def retrieve_memory(
         exclude_ids=injected_entry_ids(turns, MEMORY_SOURCE),
         ranking=request.ranking,
         filter=request.filter,
+        explain=request.explain,
     )
     result = await search(search_query)
     stages.done("search")
@@ -159,9 +167,26 @@ async def retrieve_memory(
         for entry in result.entries
         if entry.id not in search_query.exclude_ids and not is_shown(entry.content, shown)
     ][: request.max_entries]
+    if request.explain:
+        outcome.considered = _considered(result, entries, search_query, shown)
     if not entries:
         raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
     return tuple(entries)
+
+
+def _considered(
+    result: SearchResult[RetrievedEntry], offered: list[RetrievedEntry], query: SearchQuery, shown: Sequence[str]
+) -> list[Considered]:
+    """The search's candidates with the engine's verdicts (shown in the conversation by their text, or
+    ranked past what memory may inject), then the entries the search excluded as injected before."""
+    offered_ids = {entry.id for entry in offered}
+    in_conversation = {entry.id for entry in result.entries if is_shown(entry.content, shown)}
+    for candidate in result.considered:
+        if candidate.id in in_conversation:
+            candidate.decide(Verdict.IN_CONVERSATION, "its text is already shown in the conversation")
+        elif candidate.id not in offered_ids:
+            candidate.decide(Verdict.RANKED_BELOW, f"ranked {candidate.rank}, after the entries memory may inject")
+    return [*result.considered, *excluded(query.exclude_ids)]
 
 
 def is_shown(content: str, texts: Sequence[str]) -> bool:

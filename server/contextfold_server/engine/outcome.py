@@ -7,9 +7,10 @@ top-level memory fields are read from it at the API edge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .entries import RetrievedEntry
+from .explain import Considered
 from .gate import SkipReason
 from .ranking import Ranking
 
@@ -53,6 +54,8 @@ class SourceOutcome:
     notes: tuple[str, ...] = ()
     # The detail as admins see it, when it says more than callers are told.
     private_detail: str = ""
+    # Memory's own, when explaining: the candidates its ranking weighed, best first (`explain.py`).
+    considered: list[Considered] = field(default_factory=list)
 
     def skip(self, reason: SkipReason, detail: str) -> None:
         """Leave this source out, with why: it folds nothing."""

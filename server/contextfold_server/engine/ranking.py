@@ -151,14 +151,23 @@ def store_aware(entries: Sequence[Entry], limit: int) -> list[Entry]:
     return sorted(entries, key=lambda entry: scores[entry.id], reverse=True)[:limit]
 
 
-def fuse_by_rank(lists: Iterable[tuple[Sequence[Entry], float]], limit: int) -> list[Entry]:
-    """Reciprocal rank fusion: each entry scores weight / (`RRF_K` + rank) in every list holding it.
-    Lists are (entries best first, weight); an entry in several lists appears once."""
+def fused_scores(lists: Iterable[tuple[Sequence[Ranked], float]]) -> dict[str, float]:
+    """Reciprocal rank fusion's scores, by id: each entry scores weight / (`RRF_K` + rank) in every list
+    holding it. Lists are (entries best first, weight)."""
     scores: dict[str, float] = defaultdict(float)
-    found: dict[str, Entry] = {}
     for ranked, weight in lists:
         for rank, entry in enumerate(ranked, start=1):
             scores[entry.id] += weight / (RRF_K + rank)
+    return dict(scores)
+
+
+def fuse_by_rank(lists: Iterable[tuple[Sequence[Entry], float]], limit: int) -> list[Entry]:
+    """The `limit` best by reciprocal rank fusion (`fused_scores`); an entry in several lists appears once."""
+    lists = list(lists)
+    scores = fused_scores(lists)
+    found: dict[str, Entry] = {}
+    for ranked, _ in lists:
+        for entry in ranked:
             found.setdefault(entry.id, entry)
     return sorted(found.values(), key=lambda entry: scores[entry.id], reverse=True)[:limit]
 

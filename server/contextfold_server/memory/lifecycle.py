@@ -182,19 +182,13 @@ class MemoryLifecycle:
         ones too, with their versions; with a scope and no filter, the turns Remember noted for it too.
         In batches of `batch`, each its own transaction: a long erasure holds no lock for long, and one
         cut short is finished by calling again. Named stores must exist."""
-        if stores:
-            found = await self._store.get_stores(namespace, stores)
-            missing = [name for name in stores if name not in found]
-            if missing:
-                raise NotFound("store", missing[0])
-        where, params = entries_where(scope, tree, live=False)
-        params |= {"namespace": namespace, "stores": list(stores), "batch": batch}
+        selected, params = await self._erasable(namespace, stores, scope, tree)
+        params["batch"] = batch
         statement = (
             f"DELETE FROM {SCHEMA}.memories WHERE namespace = %(namespace)s AND id IN ("
-            f" SELECT m.id FROM {SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
-            f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){where}"
-            " LIMIT %(batch)s) RETURNING 1"
+            f" SELECT m.id FROM {selected} LIMIT %(batch)s) RETURNING 1"
         )
+        where = entries_where(scope, tree, live=False)[0]
         erased = 0
         while True:
             async with self._store.connection(namespace) as conn:
@@ -213,6 +207,31 @@ class MemoryLifecycle:
                     params,
                 )
         return erased
+
+    async def count(self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None) -> int:
+        """How many entries `erase` would delete now (read on the primary, as the erasure would be)."""
+        selected, params = await self._erasable(namespace, stores, scope, tree)
+        async with self._store.connection(namespace) as conn:
+            cursor = await conn.execute(f"SELECT count(*) AS erasable FROM {selected}", params)
+            row = await cursor.fetchone()
+        return int(row["erasable"]) if row else 0
+
+    async def _erasable(
+        self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The FROM and WHERE of an erasure's entries (`m`), and its parameters; named stores must exist."""
+        if stores:
+            found = await self._store.get_stores(namespace, stores)
+            missing = [name for name in stores if name not in found]
+            if missing:
+                raise NotFound("store", missing[0])
+        where, params = entries_where(scope, tree, live=False)
+        params |= {"namespace": namespace, "stores": list(stores)}
+        selected = (
+            f"{SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
+            f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){where}"
+        )
+        return selected, params
 
     async def export(
         self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None, batch: int = 256

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..embedding.batching import BatchingEmbedder
 from ..engine import ranking
 from ..engine.entries import RetrievedEntry
+from ..engine.explain import EXPLAIN_BELOW, MAX_EXPLAINED, MAX_EXPLAINED_CHARS, Considered, Verdict
 from ..engine.memory import MemorySearch, SearchQuery, SearchResult
 from ..engine.ranking import Ranking
 from ..errors import InvalidArgument, NotFound
@@ -83,7 +84,9 @@ class MemorySearcher:
         )
         with span("contextfold.search", stores=len(query.stores), limit=query.limit, ranking=strategy.value):
             if nearest_only:
-                known, records = await self.store.search(namespace, scope, query)
+                # Explaining, the search reads a few past the cut, and those below `min_score`, to show them.
+                asked = replace(query, limit=query.limit + EXPLAIN_BELOW, min_score=None) if query.explain else query
+                known, records = await self.store.search(namespace, scope, asked)
             else:
                 # Words to match need words: a query given only as a vector has no lexical candidates.
                 lexical = ranking.LEXICAL_CANDIDATES if words else 0
@@ -98,11 +101,18 @@ class MemorySearcher:
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
         left_out = tuple(_left_out(name, dimension, len(query.vector)) for name, dimension in unsearchable)
         if nearest_only:
-            return Found(records, durations, left_out, ranking=strategy), query.vector, unsearchable
+            considered: list[Considered] = []
+            if query.explain:
+                weighed = records
+                records = [r for r in records if query.min_score is None or r.score >= query.min_score][: query.limit]
+                considered = _considered(weighed, records, {}, {}, query)
+            found = Found(records, durations, left_out, ranking=strategy, considered=considered)
+            return found, query.vector, unsearchable
         ranking_started = time.perf_counter()
-        ranked, strategy, notes = await self._rank(strategy, query, candidates, deadline, namespace, scope)
+        found = await self._rank(strategy, query, candidates, deadline, namespace, scope)
         durations["rank"] = time.perf_counter() - ranking_started
-        return Found(ranked, durations, left_out, notes, strategy), query.vector, unsearchable
+        found.durations, found.left_out = durations, left_out
+        return found, query.vector, unsearchable
 
     async def _rank(
         self,
@@ -112,62 +122,94 @@ class MemorySearcher:
         deadline: float | None,
         namespace: str,
         scope: Scope,
-    ) -> tuple[list[ScoredRecord], Ranking, tuple[str, ...]]:
+    ) -> Found:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`, with the strategy that ranked them and why it is
-        not the one asked for. A reranker that fails leaves the store-aware order."""
+        not the one asked for. A reranker that fails leaves the store-aware order. Explaining, what each
+        signal added to each candidate's score (`Found.considered`)."""
         nearest = [c for c in candidates if c.lexical is None]
         words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
         order: list[Candidate]
+        signals: dict[str, dict[str, float]] = {}
+        scores: dict[str, float] = {}
         if strategy is Ranking.HYBRID:
             order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
+            if query.explain:
+                scores, signals = _hybrid_signals(nearest, words)
         else:
-            order = await self._store_aware(namespace, scope, query, nearest, words)
+            order, scores = await self._store_aware(namespace, scope, query, nearest, words, signals)
+        weighed = order
         if query.min_score is not None:
             order = [entry for entry in order if entry.score >= query.min_score]
         notes: tuple[str, ...] = ()
         if strategy is Ranking.RERANK:
             pool = order[: ranking.RERANK_CANDIDATES]
             try:
-                order = await self._rerank(query.text, pool, deadline)
+                order, reranked = await self._rerank(query.text, pool, deadline)
                 self.observe_rerank("ok")
+                for entry, score in reranked.items():
+                    signals.setdefault(entry, {})["rerank"] = score
+                weighed = [*order, *(entry for entry in weighed if entry.id not in reranked)]
             except RerankFailed as error:
                 self.observe_rerank(error.kind)
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
         # Found both ways, an entry is the vector search's: its score is its similarity either way.
-        return [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]], strategy, notes
+        ranked = [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]]
+        considered = _considered(weighed, ranked, scores, signals, query) if query.explain else []
+        return Found(ranked, notes=notes, ranking=strategy, considered=considered)
 
     async def _store_aware(
-        self, namespace: str, scope: Scope, query: SearchQuery, nearest: list[Candidate], words: list[Candidate]
-    ) -> list[Candidate]:
+        self,
+        namespace: str,
+        scope: Scope,
+        query: SearchQuery,
+        nearest: list[Candidate],
+        words: list[Candidate],
+        signals: dict[str, dict[str, float]],
+    ) -> tuple[list[Candidate], dict[str, float]]:
         """Each candidate's stand-out score with its share of the query's words (`ranking.with_words`);
         then the best ones' session neighbours read, and each entry pulled toward a better neighbour
-        (`ranking.pulled_by_neighbours`). Best first."""
+        (`ranking.pulled_by_neighbours`). Best first, with the scores. Explaining, what each signal
+        added goes in `signals`, by id."""
         found = {c.id: c for c in (*words, *nearest)}
         crowds = ranking.crowds(nearest)
-        scores = ranking.with_words(
-            ranking.stand_out([*nearest, *words], crowds), {c.id: c.lexical or 0.0 for c in words}
-        )
+        standing = ranking.stand_out([*nearest, *words], crowds)
+        lexical = {c.id: c.lexical or 0.0 for c in words}
+        scores = ranking.with_words(standing, lexical)
+        worded = scores
         best = sorted(scores, key=lambda entry: -scores[entry])[: ranking.NEIGHBOURS_OF * query.limit]
         in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
         if in_sessions:
             neighbours, beside = await self.store.neighbours(namespace, scope, query, in_sessions)
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
-            scores = ranking.stand_out(neighbours, crowds) | scores
-            scores = ranking.pulled_by_neighbours(scores, beside)
-        return sorted(found.values(), key=lambda c: -scores[c.id])
+            theirs = ranking.stand_out(neighbours, crowds)
+            standing, worded = theirs | standing, theirs | scores
+            scores = ranking.pulled_by_neighbours(worded, beside)
+        if query.explain:
+            for entry, score in scores.items():
+                similarity = found[entry].score
+                signals[entry] = {
+                    "stand_out": standing[entry] - similarity,
+                    "words": worded[entry] - standing[entry],
+                    "neighbour": score - worded[entry],
+                }
+        return sorted(found.values(), key=lambda c: -scores[c.id]), scores
 
-    async def _rerank(self, text: str, pool: list[Candidate], deadline: float | None) -> list[Candidate]:
+    async def _rerank(
+        self, text: str, pool: list[Candidate], deadline: float | None
+    ) -> tuple[list[Candidate], dict[str, float]]:
+        """`pool` in the reranker's order, with its score for each entry it scored, by id."""
         assert self.reranker is not None  # the request's parse refused RANKING_RERANK otherwise
         if not text.strip():
             raise RerankFailed("a query given only as a vector has no text to rerank with", "no_text")
         if not pool:
-            return pool
+            return pool, {}
         timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
         with span("contextfold.rerank", candidates=len(pool)):
             scores = await self.reranker.rerank(text, [entry.content for entry in pool], timeout)
-        return ranking.reorder(pool, scores, len(pool))
+        by_id = {pool[index].id: score for index, score in scores.items() if 0 <= index < len(pool)}
+        return ranking.reorder(pool, scores, len(pool)), by_id
 
     def port(self, namespace: str, scope: Scope, deadline: float | None = None) -> MemorySearch:
         """The engine's `MemorySearch` port, bound to one caller's namespace and scope; `deadline` (the
@@ -179,7 +221,7 @@ class MemorySearcher:
             query = replace(query, exclude_ids=frozenset(filter(is_memory_id, query.exclude_ids)))
             found, _, _ = await self._search(namespace, scope, query, deadline)
             entries = [_entry(record) for record in found.entries]
-            return SearchResult(entries, found.durations, found.left_out, found.notes, found.ranking)
+            return SearchResult(entries, found.durations, found.left_out, found.notes, found.ranking, found.considered)
 
         return search
 
@@ -195,6 +237,50 @@ def _entry(found: ScoredRecord) -> RetrievedEntry:
         metadata=memory.metadata,
         created_at=memory.create_time,
     )
+
+
+def _hybrid_signals(
+    nearest: list[Candidate], words: list[Candidate]
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Under hybrid: each candidate's fused score (what its order follows), and its words' weight."""
+    vector = ranking.store_aware(nearest, len(nearest))
+    fused = ranking.fused_scores(((vector, 1.0), (words, ranking.LEXICAL_WEIGHT)))
+    signals = {entry: {"fused": score} for entry, score in fused.items()}
+    for candidate in words:
+        signals[candidate.id]["lexical"] = candidate.lexical or 0.0
+    return fused, signals
+
+
+def _considered(
+    weighed: Sequence[ScoredRecord],
+    returned: Sequence[ScoredRecord],
+    scores: Mapping[str, float],
+    signals: Mapping[str, dict[str, float]],
+    query: SearchQuery,
+) -> list[Considered]:
+    """The best `MAX_EXPLAINED` of what the ranking weighed, in its order, each with its signals; those
+    below `min_score` and those ranked past what the search returns (`returned`) already decided."""
+    kept = {entry.memory.id for entry in returned}
+    considered: list[Considered] = []
+    for rank, entry in enumerate(weighed[:MAX_EXPLAINED], start=1):
+        memory = entry.memory
+        candidate = Considered(
+            memory.id,
+            memory.store,
+            memory.content[:MAX_EXPLAINED_CHARS],
+            scores.get(memory.id, entry.score),
+            entry.score,
+            rank,
+            signals.get(memory.id, {}),
+        )
+        if memory.id in kept:
+            pass
+        elif query.min_score is not None and entry.score < query.min_score:
+            candidate.decide(Verdict.BELOW_MIN_SCORE, f"similarity {entry.score:.3f} is under {query.min_score}")
+        else:
+            candidate.decide(Verdict.RANKED_BELOW, f"ranked {rank}, after the {len(kept)} best")
+        considered.append(candidate)
+    return considered
 
 
 def _left_out(name: str, dimension: int | None, query_dimension: int) -> str:

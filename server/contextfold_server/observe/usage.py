@@ -24,26 +24,18 @@ logger = logging.getLogger(__name__)
 FLUSH_SECONDS = 10.0
 
 
-class UsageCounters:
-    def __init__(
-        self,
-        conninfo: str,
-        interval: float = FLUSH_SECONDS,
-        observe: Callable[[str, str, int], None] = lambda namespace, kind, amount: None,
-    ) -> None:
+class Flushed:
+    """Counts kept in a worker and added to the database every `interval` seconds by `flush`, and once
+    more as the worker stops."""
+
+    def __init__(self, conninfo: str, interval: float, name: str) -> None:
         self._conninfo = conninfo
-        self._observe = observe
         self._interval = interval
-        self._counts: Counter[tuple[str, str]] = Counter()
+        self._name = name
         self._task: asyncio.Task[None] | None = None
 
-    def count(self, namespace: str, kind: str, amount: int = 1) -> None:
-        if amount:
-            self._counts[(namespace, kind)] += amount
-            self._observe(namespace, kind, amount)
-
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._flushing(), name="usage")
+        self._task = asyncio.get_running_loop().create_task(self._flushing(), name=self._name)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -55,6 +47,26 @@ class UsageCounters:
         while True:
             await asyncio.sleep(self._interval)
             await self.flush()
+
+    async def flush(self) -> None:
+        raise NotImplementedError
+
+
+class UsageCounters(Flushed):
+    def __init__(
+        self,
+        conninfo: str,
+        interval: float = FLUSH_SECONDS,
+        observe: Callable[[str, str, int], None] = lambda namespace, kind, amount: None,
+    ) -> None:
+        super().__init__(conninfo, interval, "usage")
+        self._observe = observe
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def count(self, namespace: str, kind: str, amount: int = 1) -> None:
+        if amount:
+            self._counts[(namespace, kind)] += amount
+            self._observe(namespace, kind, amount)
 
     async def flush(self) -> None:
         """Add what was counted since the last flush; on failure, keep it for the next."""

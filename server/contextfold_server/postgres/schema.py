@@ -22,5 +22,13 @@ NAMESPACE_SETTING = "contextfold.namespace"
 # entries, and nothing else.
 PURGE_SETTING = "contextfold.purge"
 
-# The tables that hold tenants' rows, each under row-level security (migrations 4, 11 and 14).
-TENANT_TABLES = ("stores", "memories", "providers", "memory_versions", "remembered_turns", "tenant_usage")
+# The tables that hold tenants' rows, each under row-level security (migrations 4, 11, 14 and 17).
+TENANT_TABLES = (
+    "stores",
+    "memories",
+    "providers",
+    "memory_versions",
+    "remembered_turns",
+    "tenant_usage",
+    "provider_outcomes",
+)

@@ -21,12 +21,19 @@ from ..postgres.listener import ChangeListener
 from ..postgres.pool import Connection, Database
 from ..postgres.schema import SCHEMA
 from .fanout import Route, TlsSettings
+from .outcomes import OutcomeCount
 
 CHANNEL = "contextfold_providers"
 _COLUMNS = (
     "name, target, trigger, trigger_expression, priority, timeout_ms, max_tokens, enabled, seq,"
     " create_time, update_time, tls, tls_ca, tls_cert, tls_server_name, tls_key_sealed, credential_header,"
     " credential_sealed"
+)
+# Read with a registration for those who manage it (GetProvider, ListProviders): its calls' outcomes.
+_OUTCOMES = (
+    "(SELECT coalesce(json_agg(json_build_object('outcome', o.outcome, 'count', o.count, 'last_time', o.last_time,"
+    " 'last_detail', o.last_detail) ORDER BY o.count DESC, o.outcome), '[]')"
+    f" FROM {SCHEMA}.provider_outcomes o WHERE o.namespace = p.namespace AND o.provider = p.name) AS outcomes"
 )
 # Columns whose values are sealed (`access/sealing.py`), by the field that holds them in the clear.
 _SEALED = {"tls_key": "tls_key_sealed", "credential_value": "credential_sealed"}
@@ -53,13 +60,19 @@ class ProviderRecord:
     # Secrets, opened from their sealed columns: never returned to callers.
     tls_key: str = field(default="", repr=False)
     credential_value: str = field(default="", repr=False)
+    # What its calls came to, most frequent first (read only where it is shown).
+    outcomes: tuple[OutcomeCount, ...] = ()
 
     @classmethod
     def from_row(cls, row: dict[str, Any], sealer: Sealer) -> ProviderRecord:
-        values = {key: value for key, value in row.items() if key not in _SEALED.values()}
+        values = {key: value for key, value in row.items() if key not in (*_SEALED.values(), "outcomes")}
         for plain, sealed in _SEALED.items():
             values[plain] = sealer.open(bytes(row[sealed])).decode() if row[sealed] else ""
-        return cls(**{**values, "trigger": Trigger(row["trigger"])})
+        outcomes = tuple(
+            OutcomeCount(o["outcome"], o["count"], datetime.fromisoformat(o["last_time"]), o["last_detail"])
+            for o in row.get("outcomes") or ()
+        )
+        return cls(**{**values, "trigger": Trigger(row["trigger"]), "outcomes": outcomes})
 
     def route(self) -> Route:
         """How to reach it: its target, over TLS or not, with its credential header if it has one."""
@@ -130,7 +143,8 @@ class ProviderRepository:
     async def get(self, namespace: str, name: str) -> ProviderRecord:
         async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
-                f"SELECT {_COLUMNS} FROM {SCHEMA}.providers WHERE namespace = %s AND name = %s", (namespace, name)
+                f"SELECT {_COLUMNS}, {_OUTCOMES} FROM {SCHEMA}.providers p WHERE namespace = %s AND name = %s",
+                (namespace, name),
             )
             row = await cursor.fetchone()
         if row is None:
@@ -142,7 +156,7 @@ class ProviderRepository:
         priority, seq = after if after else (2**31, 0)
         async with self._database.connection(namespace) as conn:
             cursor = await conn.execute(
-                f"SELECT {_COLUMNS} FROM {SCHEMA}.providers WHERE namespace = %s"
+                f"SELECT {_COLUMNS}, {_OUTCOMES} FROM {SCHEMA}.providers p WHERE namespace = %s"
                 " AND (priority < %s OR (priority = %s AND seq > %s)) ORDER BY priority DESC, seq LIMIT %s",
                 (namespace, priority, priority, seq, limit),
             )

@@ -39,6 +39,16 @@ class SkipReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SKIP_REASON_DISABLED: _ClassVar[SkipReason]
     SKIP_REASON_TIMEOUT: _ClassVar[SkipReason]
     SKIP_REASON_OVER_BUDGET: _ClassVar[SkipReason]
+
+class CandidateVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CANDIDATE_VERDICT_UNSPECIFIED: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_INJECTED: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_RANKED_BELOW: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_BELOW_MIN_SCORE: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_IN_CONVERSATION: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_OVER_BUDGET: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_NOT_FOLDED: _ClassVar[CandidateVerdict]
 TRIGGER_UNSPECIFIED: Trigger
 TRIGGER_USER_TURN: Trigger
 TRIGGER_EVERY_TURN: Trigger
@@ -57,6 +67,13 @@ SKIP_REASON_FAILED: SkipReason
 SKIP_REASON_DISABLED: SkipReason
 SKIP_REASON_TIMEOUT: SkipReason
 SKIP_REASON_OVER_BUDGET: SkipReason
+CANDIDATE_VERDICT_UNSPECIFIED: CandidateVerdict
+CANDIDATE_VERDICT_INJECTED: CandidateVerdict
+CANDIDATE_VERDICT_RANKED_BELOW: CandidateVerdict
+CANDIDATE_VERDICT_BELOW_MIN_SCORE: CandidateVerdict
+CANDIDATE_VERDICT_IN_CONVERSATION: CandidateVerdict
+CANDIDATE_VERDICT_OVER_BUDGET: CandidateVerdict
+CANDIDATE_VERDICT_NOT_FOLDED: CandidateVerdict
 
 class MemoryOptions(_message.Message):
     __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking", "filter")
@@ -97,7 +114,7 @@ class Agent(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class InjectRequest(_message.Message):
-    __slots__ = ("messages", "trigger", "memory", "app_state", "agent", "providers", "max_tokens", "coalesce", "trigger_expression")
+    __slots__ = ("messages", "trigger", "memory", "app_state", "agent", "providers", "max_tokens", "coalesce", "trigger_expression", "explain")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +124,7 @@ class InjectRequest(_message.Message):
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COALESCE_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Message]
     trigger: Trigger
     memory: MemoryOptions
@@ -116,7 +134,8 @@ class InjectRequest(_message.Message):
     max_tokens: int
     coalesce: bool
     trigger_expression: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., providers: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., coalesce: _Optional[bool] = ..., trigger_expression: _Optional[str] = ...) -> None: ...
+    explain: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[_conversation_pb2.Message, _Mapping]]] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., memory: _Optional[_Union[MemoryOptions, _Mapping]] = ..., app_state: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., providers: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., coalesce: _Optional[bool] = ..., trigger_expression: _Optional[str] = ..., explain: _Optional[bool] = ...) -> None: ...
 
 class SourceReport(_message.Message):
     __slots__ = ("source", "injected", "skip_reason", "detail", "priority", "tokens", "duration")
@@ -146,8 +165,37 @@ class InjectedEntry(_message.Message):
     score: float
     def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
+class CandidateReport(_message.Message):
+    __slots__ = ("id", "store", "content", "score", "similarity", "signals", "verdict", "detail", "rank")
+    class SignalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    SIGNALS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    store: str
+    content: str
+    score: float
+    similarity: float
+    signals: _containers.ScalarMap[str, float]
+    verdict: CandidateVerdict
+    detail: str
+    rank: int
+    def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., content: _Optional[str] = ..., score: _Optional[float] = ..., similarity: _Optional[float] = ..., signals: _Optional[_Mapping[str, float]] = ..., verdict: _Optional[_Union[CandidateVerdict, str]] = ..., detail: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
+
 class InjectionReport(_message.Message):
-    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens", "ranking", "database")
+    __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens", "ranking", "database", "candidates")
     class StageDurationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +214,7 @@ class InjectionReport(_message.Message):
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
     DATABASE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     injected: bool
     skip_reason: SkipReason
     detail: str
@@ -177,7 +226,8 @@ class InjectionReport(_message.Message):
     total_tokens: int
     ranking: _memory_pb2.Ranking
     database: str
-    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ..., database: _Optional[str] = ...) -> None: ...
+    candidates: _containers.RepeatedCompositeFieldContainer[CandidateReport]
+    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[SkipReason, str]] = ..., detail: _Optional[str] = ..., query: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InjectedEntry, _Mapping]]] = ..., target_message_index: _Optional[int] = ..., stage_durations: _Optional[_Mapping[str, _duration_pb2.Duration]] = ..., sources: _Optional[_Iterable[_Union[SourceReport, _Mapping]]] = ..., total_tokens: _Optional[int] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ..., database: _Optional[str] = ..., candidates: _Optional[_Iterable[_Union[CandidateReport, _Mapping]]] = ...) -> None: ...
 
 class InjectResponse(_message.Message):
     __slots__ = ("messages", "report")

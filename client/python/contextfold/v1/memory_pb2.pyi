@@ -326,14 +326,16 @@ class ListMemoryVersionsResponse(_message.Message):
     def __init__(self, versions: _Optional[_Iterable[_Union[MemoryVersion, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class EraseMemoriesRequest(_message.Message):
-    __slots__ = ("scope", "filter", "stores")
+    __slots__ = ("scope", "filter", "stores", "validate_only")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     STORES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     filter: Filter
     stores: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., stores: _Optional[_Iterable[str]] = ...) -> None: ...
+    validate_only: bool
+    def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., stores: _Optional[_Iterable[str]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class EraseMemoriesResponse(_message.Message):
     __slots__ = ("erased_count",)

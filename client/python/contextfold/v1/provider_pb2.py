@@ -30,7 +30,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ontextfold/v1/provider.proto\x12\x0e\x63ontextfold.v1\x1a!contextfold/v1/conversation.proto\x1a\x1e\x63ontextfold/v1/injection.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n\x0eProvideRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12*\n\tapp_state\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12$\n\x05\x61gent\x18\x03 \x01(\x0b\x32\x15.contextfold.v1.Agent\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\x11\n\tnamespace\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"\x1f\n\x0fProvideResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\xa6\x03\n\x08Provider\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12(\n\x07trigger\x18\x03 \x01(\x0e\x32\x17.contextfold.v1.Trigger\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12\x14\n\x07\x65nabled\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12trigger_expression\x18\n \x01(\t\x12(\n\x03tls\x18\x0b \x01(\x0b\x32\x1b.contextfold.v1.ProviderTls\x12\x36\n\ncredential\x18\x0c \x01(\x0b\x32\".contextfold.v1.ProviderCredentialB\n\n\x08_enabled\"c\n\x0bProviderTls\x12\x0e\n\x06\x63\x61_pem\x18\x01 \x01(\t\x12\x17\n\x0f\x63lient_cert_pem\x18\x02 \x01(\t\x12\x16\n\x0e\x63lient_key_pem\x18\x03 \x01(\t\x12\x13\n\x0bserver_name\x18\x04 \x01(\t\"3\n\x12ProviderCredential\x12\x0e\n\x06header\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"E\n\x17RegisterProviderRequest\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"F\n\x18RegisterProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"\"\n\x12GetProviderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x13GetProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"=\n\x14ListProvidersRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x15ListProvidersResponse\x12+\n\tproviders\x18\x01 \x03(\x0b\x32\x18.contextfold.v1.Provider\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"t\n\x15UpdateProviderRequest\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"D\n\x16UpdateProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"%\n\x15\x44\x65leteProviderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteProviderResponse2]\n\x0f\x43ontextProvider\x12J\n\x07Provide\x12\x1e.contextfold.v1.ProvideRequest\x1a\x1f.contextfold.v1.ProvideResponse2\xfa\x03\n\x0fProviderService\x12\x65\n\x10RegisterProvider\x12\'.contextfold.v1.RegisterProviderRequest\x1a(.contextfold.v1.RegisterProviderResponse\x12[\n\x0bGetProvider\x12\".contextfold.v1.GetProviderRequest\x1a#.contextfold.v1.GetProviderResponse\"\x03\x90\x02\x01\x12\x61\n\rListProviders\x12$.contextfold.v1.ListProvidersRequest\x1a%.contextfold.v1.ListProvidersResponse\"\x03\x90\x02\x01\x12_\n\x0eUpdateProvider\x12%.contextfold.v1.UpdateProviderRequest\x1a&.contextfold.v1.UpdateProviderResponse\x12_\n\x0e\x44\x65leteProvider\x12%.contextfold.v1.DeleteProviderRequest\x1a&.contextfold.v1.DeleteProviderResponseBk\n\x12\x64\x65v.contextfold.v1B\rProviderProtoP\x01Z3contextfold.dev/go/gen/contextfold/v1;contextfoldv1\xaa\x02\x0e\x43ontextfold.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ontextfold/v1/provider.proto\x12\x0e\x63ontextfold.v1\x1a!contextfold/v1/conversation.proto\x1a\x1e\x63ontextfold/v1/injection.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n\x0eProvideRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12*\n\tapp_state\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12$\n\x05\x61gent\x18\x03 \x01(\x0b\x32\x15.contextfold.v1.Agent\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\x11\n\tnamespace\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"\x1f\n\x0fProvideResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\xd9\x03\n\x08Provider\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12(\n\x07trigger\x18\x03 \x01(\x0e\x32\x17.contextfold.v1.Trigger\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12\x14\n\x07\x65nabled\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12trigger_expression\x18\n \x01(\t\x12(\n\x03tls\x18\x0b \x01(\x0b\x32\x1b.contextfold.v1.ProviderTls\x12\x36\n\ncredential\x18\x0c \x01(\x0b\x32\".contextfold.v1.ProviderCredential\x12\x31\n\x08outcomes\x18\r \x03(\x0b\x32\x1f.contextfold.v1.ProviderOutcomeB\n\n\x08_enabled\"\xa7\x01\n\x0fProviderOutcome\x12\x10\n\x08injected\x18\x01 \x01(\x08\x12/\n\x0bskip_reason\x18\x02 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12-\n\tlast_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_detail\x18\x05 \x01(\t\"c\n\x0bProviderTls\x12\x0e\n\x06\x63\x61_pem\x18\x01 \x01(\t\x12\x17\n\x0f\x63lient_cert_pem\x18\x02 \x01(\t\x12\x16\n\x0e\x63lient_key_pem\x18\x03 \x01(\t\x12\x13\n\x0bserver_name\x18\x04 \x01(\t\"3\n\x12ProviderCredential\x12\x0e\n\x06header\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"E\n\x17RegisterProviderRequest\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"F\n\x18RegisterProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"\"\n\x12GetProviderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x13GetProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"=\n\x14ListProvidersRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x15ListProvidersResponse\x12+\n\tproviders\x18\x01 \x03(\x0b\x32\x18.contextfold.v1.Provider\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"t\n\x15UpdateProviderRequest\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"D\n\x16UpdateProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.contextfold.v1.Provider\"%\n\x15\x44\x65leteProviderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteProviderResponse2]\n\x0f\x43ontextProvider\x12J\n\x07Provide\x12\x1e.contextfold.v1.ProvideRequest\x1a\x1f.contextfold.v1.ProvideResponse2\xfa\x03\n\x0fProviderService\x12\x65\n\x10RegisterProvider\x12\'.contextfold.v1.RegisterProviderRequest\x1a(.contextfold.v1.RegisterProviderResponse\x12[\n\x0bGetProvider\x12\".contextfold.v1.GetProviderRequest\x1a#.contextfold.v1.GetProviderResponse\"\x03\x90\x02\x01\x12\x61\n\rListProviders\x12$.contextfold.v1.ListProvidersRequest\x1a%.contextfold.v1.ListProvidersResponse\"\x03\x90\x02\x01\x12_\n\x0eUpdateProvider\x12%.contextfold.v1.UpdateProviderRequest\x1a&.contextfold.v1.UpdateProviderResponse\x12_\n\x0e\x44\x65leteProvider\x12%.contextfold.v1.DeleteProviderRequest\x1a&.contextfold.v1.DeleteProviderResponseBk\n\x12\x64\x65v.contextfold.v1B\rProviderProtoP\x01Z3contextfold.dev/go/gen/contextfold/v1;contextfoldv1\xaa\x02\x0e\x43ontextfold.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,33 +47,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROVIDERESPONSE']._serialized_start=446
   _globals['_PROVIDERESPONSE']._serialized_end=477
   _globals['_PROVIDER']._serialized_start=480
-  _globals['_PROVIDER']._serialized_end=902
-  _globals['_PROVIDERTLS']._serialized_start=904
-  _globals['_PROVIDERTLS']._serialized_end=1003
-  _globals['_PROVIDERCREDENTIAL']._serialized_start=1005
-  _globals['_PROVIDERCREDENTIAL']._serialized_end=1056
-  _globals['_REGISTERPROVIDERREQUEST']._serialized_start=1058
-  _globals['_REGISTERPROVIDERREQUEST']._serialized_end=1127
-  _globals['_REGISTERPROVIDERRESPONSE']._serialized_start=1129
-  _globals['_REGISTERPROVIDERRESPONSE']._serialized_end=1199
-  _globals['_GETPROVIDERREQUEST']._serialized_start=1201
-  _globals['_GETPROVIDERREQUEST']._serialized_end=1235
-  _globals['_GETPROVIDERRESPONSE']._serialized_start=1237
-  _globals['_GETPROVIDERRESPONSE']._serialized_end=1302
-  _globals['_LISTPROVIDERSREQUEST']._serialized_start=1304
-  _globals['_LISTPROVIDERSREQUEST']._serialized_end=1365
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=1367
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=1460
-  _globals['_UPDATEPROVIDERREQUEST']._serialized_start=1462
-  _globals['_UPDATEPROVIDERREQUEST']._serialized_end=1578
-  _globals['_UPDATEPROVIDERRESPONSE']._serialized_start=1580
-  _globals['_UPDATEPROVIDERRESPONSE']._serialized_end=1648
-  _globals['_DELETEPROVIDERREQUEST']._serialized_start=1650
-  _globals['_DELETEPROVIDERREQUEST']._serialized_end=1687
-  _globals['_DELETEPROVIDERRESPONSE']._serialized_start=1689
-  _globals['_DELETEPROVIDERRESPONSE']._serialized_end=1713
-  _globals['_CONTEXTPROVIDER']._serialized_start=1715
-  _globals['_CONTEXTPROVIDER']._serialized_end=1808
-  _globals['_PROVIDERSERVICE']._serialized_start=1811
-  _globals['_PROVIDERSERVICE']._serialized_end=2317
+  _globals['_PROVIDER']._serialized_end=953
+  _globals['_PROVIDEROUTCOME']._serialized_start=956
+  _globals['_PROVIDEROUTCOME']._serialized_end=1123
+  _globals['_PROVIDERTLS']._serialized_start=1125
+  _globals['_PROVIDERTLS']._serialized_end=1224
+  _globals['_PROVIDERCREDENTIAL']._serialized_start=1226
+  _globals['_PROVIDERCREDENTIAL']._serialized_end=1277
+  _globals['_REGISTERPROVIDERREQUEST']._serialized_start=1279
+  _globals['_REGISTERPROVIDERREQUEST']._serialized_end=1348
+  _globals['_REGISTERPROVIDERRESPONSE']._serialized_start=1350
+  _globals['_REGISTERPROVIDERRESPONSE']._serialized_end=1420
+  _globals['_GETPROVIDERREQUEST']._serialized_start=1422
+  _globals['_GETPROVIDERREQUEST']._serialized_end=1456
+  _globals['_GETPROVIDERRESPONSE']._serialized_start=1458
+  _globals['_GETPROVIDERRESPONSE']._serialized_end=1523
+  _globals['_LISTPROVIDERSREQUEST']._serialized_start=1525
+  _globals['_LISTPROVIDERSREQUEST']._serialized_end=1586
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=1588
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=1681
+  _globals['_UPDATEPROVIDERREQUEST']._serialized_start=1683
+  _globals['_UPDATEPROVIDERREQUEST']._serialized_end=1799
+  _globals['_UPDATEPROVIDERRESPONSE']._serialized_start=1801
+  _globals['_UPDATEPROVIDERRESPONSE']._serialized_end=1869
+  _globals['_DELETEPROVIDERREQUEST']._serialized_start=1871
+  _globals['_DELETEPROVIDERREQUEST']._serialized_end=1908
+  _globals['_DELETEPROVIDERRESPONSE']._serialized_start=1910
+  _globals['_DELETEPROVIDERRESPONSE']._serialized_end=1934
+  _globals['_CONTEXTPROVIDER']._serialized_start=1936
+  _globals['_CONTEXTPROVIDER']._serialized_end=2029
+  _globals['_PROVIDERSERVICE']._serialized_start=2032
+  _globals['_PROVIDERSERVICE']._serialized_end=2538
 # @@protoc_insertion_point(module_scope)

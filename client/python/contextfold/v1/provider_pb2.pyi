@@ -37,7 +37,7 @@ class ProvideResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
 class Provider(_message.Message):
-    __slots__ = ("name", "target", "trigger", "priority", "timeout", "max_tokens", "enabled", "create_time", "update_time", "trigger_expression", "tls", "credential")
+    __slots__ = ("name", "target", "trigger", "priority", "timeout", "max_tokens", "enabled", "create_time", "update_time", "trigger_expression", "tls", "credential", "outcomes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class Provider(_message.Message):
     TRIGGER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     TLS_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     name: str
     target: str
     trigger: _injection_pb2.Trigger
@@ -62,7 +63,22 @@ class Provider(_message.Message):
     trigger_expression: str
     tls: ProviderTls
     credential: ProviderCredential
-    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., trigger: _Optional[_Union[_injection_pb2.Trigger, str]] = ..., priority: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tokens: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trigger_expression: _Optional[str] = ..., tls: _Optional[_Union[ProviderTls, _Mapping]] = ..., credential: _Optional[_Union[ProviderCredential, _Mapping]] = ...) -> None: ...
+    outcomes: _containers.RepeatedCompositeFieldContainer[ProviderOutcome]
+    def __init__(self, name: _Optional[str] = ..., target: _Optional[str] = ..., trigger: _Optional[_Union[_injection_pb2.Trigger, str]] = ..., priority: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tokens: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trigger_expression: _Optional[str] = ..., tls: _Optional[_Union[ProviderTls, _Mapping]] = ..., credential: _Optional[_Union[ProviderCredential, _Mapping]] = ..., outcomes: _Optional[_Iterable[_Union[ProviderOutcome, _Mapping]]] = ...) -> None: ...
+
+class ProviderOutcome(_message.Message):
+    __slots__ = ("injected", "skip_reason", "count", "last_time", "last_detail")
+    INJECTED_FIELD_NUMBER: _ClassVar[int]
+    SKIP_REASON_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    injected: bool
+    skip_reason: _injection_pb2.SkipReason
+    count: int
+    last_time: _timestamp_pb2.Timestamp
+    last_detail: str
+    def __init__(self, injected: _Optional[bool] = ..., skip_reason: _Optional[_Union[_injection_pb2.SkipReason, str]] = ..., count: _Optional[int] = ..., last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_detail: _Optional[str] = ...) -> None: ...
 
 class ProviderTls(_message.Message):
     __slots__ = ("ca_pem", "client_cert_pem", "client_key_pem", "server_name")

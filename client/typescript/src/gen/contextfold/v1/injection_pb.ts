@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file contextfold/v1/injection.proto.
  */
 export const file_contextfold_v1_injection: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jb250ZXh0Zm9sZC92MS9pbmplY3Rpb24ucHJvdG8SDmNvbnRleHRmb2xkLnYxIo0DCg1NZW1vcnlPcHRpb25zEg4KBnN0b3JlcxgBIAMoCRIYCgttYXhfZW50cmllcxgCIAEoBUgAiAEBEg0KBXF1ZXJ5GAMgASgJEiQKBXNjb3BlGAQgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUSFgoJbWluX3Njb3JlGAUgASgCSAGIAQESFAoMcXVlcnlfdmVjdG9yGAYgAygCEhAKCHByaW9yaXR5GAcgASgFEhIKCm1heF90b2tlbnMYCCABKAUSGAoQcXVlcnlfZXhwcmVzc2lvbhgJIAEoCRImCgZmb3JtYXQYCiABKA4yFi5jb250ZXh0Zm9sZC52MS5Gb3JtYXQSFwoPZm9ybWF0X3RlbXBsYXRlGAsgASgJEigKB3JhbmtpbmcYDCABKA4yFy5jb250ZXh0Zm9sZC52MS5SYW5raW5nEiYKBmZpbHRlchgNIAEoCzIWLmNvbnRleHRmb2xkLnYxLkZpbHRlckIOCgxfbWF4X2VudHJpZXNCDAoKX21pbl9zY29yZSIhCgVBZ2VudBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJIroCCg1JbmplY3RSZXF1ZXN0EikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIoCgd0cmlnZ2VyGAIgASgOMhcuY29udGV4dGZvbGQudjEuVHJpZ2dlchItCgZtZW1vcnkYAyABKAsyHS5jb250ZXh0Zm9sZC52MS5NZW1vcnlPcHRpb25zEioKCWFwcF9zdGF0ZRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJAoFYWdlbnQYBSABKAsyFS5jb250ZXh0Zm9sZC52MS5BZ2VudBIRCglwcm92aWRlcnMYBiADKAkSEgoKbWF4X3Rva2VucxgHIAEoBRIQCghjb2FsZXNjZRgIIAEoCBIaChJ0cmlnZ2VyX2V4cHJlc3Npb24YCSABKAkiwAEKDFNvdXJjZVJlcG9ydBIOCgZzb3VyY2UYASABKAkSEAoIaW5qZWN0ZWQYAiABKAgSLwoLc2tpcF9yZWFzb24YAyABKA4yGi5jb250ZXh0Zm9sZC52MS5Ta2lwUmVhc29uEg4KBmRldGFpbBgEIAEoCRIQCghwcmlvcml0eRgFIAEoBRIOCgZ0b2tlbnMYBiABKAUSKwoIZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOQoNSW5qZWN0ZWRFbnRyeRIKCgJpZBgBIAEoCRINCgVzdG9yZRgCIAEoCRINCgVzY29yZRgDIAEoAiLiAwoPSW5qZWN0aW9uUmVwb3J0EhAKCGluamVjdGVkGAEgASgIEi8KC3NraXBfcmVhc29uGAIgASgOMhouY29udGV4dGZvbGQudjEuU2tpcFJlYXNvbhIOCgZkZXRhaWwYAyABKAkSDQoFcXVlcnkYBCABKAkSLgoHZW50cmllcxgFIAMoCzIdLmNvbnRleHRmb2xkLnYxLkluamVjdGVkRW50cnkSHAoUdGFyZ2V0X21lc3NhZ2VfaW5kZXgYBiABKAUSTAoPc3RhZ2VfZHVyYXRpb25zGAcgAygLMjMuY29udGV4dGZvbGQudjEuSW5qZWN0aW9uUmVwb3J0LlN0YWdlRHVyYXRpb25zRW50cnkSLQoHc291cmNlcxgIIAMoCzIcLmNvbnRleHRmb2xkLnYxLlNvdXJjZVJlcG9ydBIUCgx0b3RhbF90b2tlbnMYCSABKAUSKAoHcmFua2luZxgKIAEoDjIXLmNvbnRleHRmb2xkLnYxLlJhbmtpbmcSEAoIZGF0YWJhc2UYCyABKAkaUAoTU3RhZ2VEdXJhdGlvbnNFbnRyeRILCgNrZXkYASABKAkSKAoFdmFsdWUYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb246AjgBImwKDkluamVjdFJlc3BvbnNlEikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIvCgZyZXBvcnQYAiABKAsyHy5jb250ZXh0Zm9sZC52MS5JbmplY3Rpb25SZXBvcnQqUQoHVHJpZ2dlchIXChNUUklHR0VSX1VOU1BFQ0lGSUVEEAASFQoRVFJJR0dFUl9VU0VSX1RVUk4QARIWChJUUklHR0VSX0VWRVJZX1RVUk4QAipZCgZGb3JtYXQSFgoSRk9STUFUX1VOU1BFQ0lGSUVEEAASDgoKRk9STUFUX1hNTBABEhIKDkZPUk1BVF9CVUxMRVRTEAISEwoPRk9STUFUX01BUktET1dOEAMqxQIKClNraXBSZWFzb24SGwoXU0tJUF9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlTS0lQX1JFQVNPTl9OT1RfVFJJR0dFUkVEEAESGAoUU0tJUF9SRUFTT05fTk9fUVVFUlkQAhIfChtTS0lQX1JFQVNPTl9OT19VU0VSX01FU1NBR0UQAxIaChZTS0lQX1JFQVNPTl9OT19FTlRSSUVTEAQSIAocU0tJUF9SRUFTT05fQUxSRUFEWV9JTkpFQ1RFRBAFEhoKFlNLSVBfUkVBU09OX0VNUFRZX1RFWFQQBhIWChJTS0lQX1JFQVNPTl9GQUlMRUQQBxIYChRTS0lQX1JFQVNPTl9ESVNBQkxFRBAIEhcKE1NLSVBfUkVBU09OX1RJTUVPVVQQCRIbChdTS0lQX1JFQVNPTl9PVkVSX0JVREdFVBAKMmAKEEluamVjdGlvblNlcnZpY2USTAoGSW5qZWN0Eh0uY29udGV4dGZvbGQudjEuSW5qZWN0UmVxdWVzdBoeLmNvbnRleHRmb2xkLnYxLkluamVjdFJlc3BvbnNlIgOQAgFCbAoSZGV2LmNvbnRleHRmb2xkLnYxQg5JbmplY3Rpb25Qcm90b1ABWjNjb250ZXh0Zm9sZC5kZXYvZ28vZ2VuL2NvbnRleHRmb2xkL3YxO2NvbnRleHRmb2xkdjGqAg5Db250ZXh0Zm9sZC5WMWIGcHJvdG8z", [file_contextfold_v1_conversation, file_contextfold_v1_memory, file_google_protobuf_duration, file_google_protobuf_struct]);
+  fileDesc("Ch5jb250ZXh0Zm9sZC92MS9pbmplY3Rpb24ucHJvdG8SDmNvbnRleHRmb2xkLnYxIo0DCg1NZW1vcnlPcHRpb25zEg4KBnN0b3JlcxgBIAMoCRIYCgttYXhfZW50cmllcxgCIAEoBUgAiAEBEg0KBXF1ZXJ5GAMgASgJEiQKBXNjb3BlGAQgASgLMhUuY29udGV4dGZvbGQudjEuU2NvcGUSFgoJbWluX3Njb3JlGAUgASgCSAGIAQESFAoMcXVlcnlfdmVjdG9yGAYgAygCEhAKCHByaW9yaXR5GAcgASgFEhIKCm1heF90b2tlbnMYCCABKAUSGAoQcXVlcnlfZXhwcmVzc2lvbhgJIAEoCRImCgZmb3JtYXQYCiABKA4yFi5jb250ZXh0Zm9sZC52MS5Gb3JtYXQSFwoPZm9ybWF0X3RlbXBsYXRlGAsgASgJEigKB3JhbmtpbmcYDCABKA4yFy5jb250ZXh0Zm9sZC52MS5SYW5raW5nEiYKBmZpbHRlchgNIAEoCzIWLmNvbnRleHRmb2xkLnYxLkZpbHRlckIOCgxfbWF4X2VudHJpZXNCDAoKX21pbl9zY29yZSIhCgVBZ2VudBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJIssCCg1JbmplY3RSZXF1ZXN0EikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIoCgd0cmlnZ2VyGAIgASgOMhcuY29udGV4dGZvbGQudjEuVHJpZ2dlchItCgZtZW1vcnkYAyABKAsyHS5jb250ZXh0Zm9sZC52MS5NZW1vcnlPcHRpb25zEioKCWFwcF9zdGF0ZRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJAoFYWdlbnQYBSABKAsyFS5jb250ZXh0Zm9sZC52MS5BZ2VudBIRCglwcm92aWRlcnMYBiADKAkSEgoKbWF4X3Rva2VucxgHIAEoBRIQCghjb2FsZXNjZRgIIAEoCBIaChJ0cmlnZ2VyX2V4cHJlc3Npb24YCSABKAkSDwoHZXhwbGFpbhgKIAEoCCLAAQoMU291cmNlUmVwb3J0Eg4KBnNvdXJjZRgBIAEoCRIQCghpbmplY3RlZBgCIAEoCBIvCgtza2lwX3JlYXNvbhgDIAEoDjIaLmNvbnRleHRmb2xkLnYxLlNraXBSZWFzb24SDgoGZGV0YWlsGAQgASgJEhAKCHByaW9yaXR5GAUgASgFEg4KBnRva2VucxgGIAEoBRIrCghkdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI5Cg1JbmplY3RlZEVudHJ5EgoKAmlkGAEgASgJEg0KBXN0b3JlGAIgASgJEg0KBXNjb3JlGAMgASgCIqACCg9DYW5kaWRhdGVSZXBvcnQSCgoCaWQYASABKAkSDQoFc3RvcmUYAiABKAkSDwoHY29udGVudBgDIAEoCRINCgVzY29yZRgEIAEoAhISCgpzaW1pbGFyaXR5GAUgASgCEj0KB3NpZ25hbHMYBiADKAsyLC5jb250ZXh0Zm9sZC52MS5DYW5kaWRhdGVSZXBvcnQuU2lnbmFsc0VudHJ5EjEKB3ZlcmRpY3QYByABKA4yIC5jb250ZXh0Zm9sZC52MS5DYW5kaWRhdGVWZXJkaWN0Eg4KBmRldGFpbBgIIAEoCRIMCgRyYW5rGAkgASgFGi4KDFNpZ25hbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAI6AjgBIpcECg9JbmplY3Rpb25SZXBvcnQSEAoIaW5qZWN0ZWQYASABKAgSLwoLc2tpcF9yZWFzb24YAiABKA4yGi5jb250ZXh0Zm9sZC52MS5Ta2lwUmVhc29uEg4KBmRldGFpbBgDIAEoCRINCgVxdWVyeRgEIAEoCRIuCgdlbnRyaWVzGAUgAygLMh0uY29udGV4dGZvbGQudjEuSW5qZWN0ZWRFbnRyeRIcChR0YXJnZXRfbWVzc2FnZV9pbmRleBgGIAEoBRJMCg9zdGFnZV9kdXJhdGlvbnMYByADKAsyMy5jb250ZXh0Zm9sZC52MS5JbmplY3Rpb25SZXBvcnQuU3RhZ2VEdXJhdGlvbnNFbnRyeRItCgdzb3VyY2VzGAggAygLMhwuY29udGV4dGZvbGQudjEuU291cmNlUmVwb3J0EhQKDHRvdGFsX3Rva2VucxgJIAEoBRIoCgdyYW5raW5nGAogASgOMhcuY29udGV4dGZvbGQudjEuUmFua2luZxIQCghkYXRhYmFzZRgLIAEoCRIzCgpjYW5kaWRhdGVzGAwgAygLMh8uY29udGV4dGZvbGQudjEuQ2FuZGlkYXRlUmVwb3J0GlAKE1N0YWdlRHVyYXRpb25zRW50cnkSCwoDa2V5GAEgASgJEigKBXZhbHVlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uOgI4ASJsCg5JbmplY3RSZXNwb25zZRIpCghtZXNzYWdlcxgBIAMoCzIXLmNvbnRleHRmb2xkLnYxLk1lc3NhZ2USLwoGcmVwb3J0GAIgASgLMh8uY29udGV4dGZvbGQudjEuSW5qZWN0aW9uUmVwb3J0KlEKB1RyaWdnZXISFwoTVFJJR0dFUl9VTlNQRUNJRklFRBAAEhUKEVRSSUdHRVJfVVNFUl9UVVJOEAESFgoSVFJJR0dFUl9FVkVSWV9UVVJOEAIqWQoGRm9ybWF0EhYKEkZPUk1BVF9VTlNQRUNJRklFRBAAEg4KCkZPUk1BVF9YTUwQARISCg5GT1JNQVRfQlVMTEVUUxACEhMKD0ZPUk1BVF9NQVJLRE9XThADKsUCCgpTa2lwUmVhc29uEhsKF1NLSVBfUkVBU09OX1VOU1BFQ0lGSUVEEAASHQoZU0tJUF9SRUFTT05fTk9UX1RSSUdHRVJFRBABEhgKFFNLSVBfUkVBU09OX05PX1FVRVJZEAISHwobU0tJUF9SRUFTT05fTk9fVVNFUl9NRVNTQUdFEAMSGgoWU0tJUF9SRUFTT05fTk9fRU5UUklFUxAEEiAKHFNLSVBfUkVBU09OX0FMUkVBRFlfSU5KRUNURUQQBRIaChZTS0lQX1JFQVNPTl9FTVBUWV9URVhUEAYSFgoSU0tJUF9SRUFTT05fRkFJTEVEEAcSGAoUU0tJUF9SRUFTT05fRElTQUJMRUQQCBIXChNTS0lQX1JFQVNPTl9USU1FT1VUEAkSGwoXU0tJUF9SRUFTT05fT1ZFUl9CVURHRVQQCiqMAgoQQ2FuZGlkYXRlVmVyZGljdBIhCh1DQU5ESURBVEVfVkVSRElDVF9VTlNQRUNJRklFRBAAEh4KGkNBTkRJREFURV9WRVJESUNUX0lOSkVDVEVEEAESIgoeQ0FORElEQVRFX1ZFUkRJQ1RfUkFOS0VEX0JFTE9XEAISJQohQ0FORElEQVRFX1ZFUkRJQ1RfQkVMT1dfTUlOX1NDT1JFEAMSJQohQ0FORElEQVRFX1ZFUkRJQ1RfSU5fQ09OVkVSU0FUSU9OEAQSIQodQ0FORElEQVRFX1ZFUkRJQ1RfT1ZFUl9CVURHRVQQBRIgChxDQU5ESURBVEVfVkVSRElDVF9OT1RfRk9MREVEEAYyYAoQSW5qZWN0aW9uU2VydmljZRJMCgZJbmplY3QSHS5jb250ZXh0Zm9sZC52MS5JbmplY3RSZXF1ZXN0Gh4uY29udGV4dGZvbGQudjEuSW5qZWN0UmVzcG9uc2UiA5ACAUJsChJkZXYuY29udGV4dGZvbGQudjFCDkluamVjdGlvblByb3RvUAFaM2NvbnRleHRmb2xkLmRldi9nby9nZW4vY29udGV4dGZvbGQvdjE7Y29udGV4dGZvbGR2MaoCDkNvbnRleHRmb2xkLlYxYgZwcm90bzM", [file_contextfold_v1_conversation, file_contextfold_v1_memory, file_google_protobuf_duration, file_google_protobuf_struct]);
 
 /**
  * How to search memory for an injection.
@@ -233,6 +233,15 @@ export type InjectRequest = Message<"contextfold.v1.InjectRequest"> & {
    * @generated from field: string trigger_expression = 9;
    */
   triggerExpression: string;
+
+  /**
+   * Explain memory's choice: the report's `candidates` lists the entries the
+   * ranking weighed, each with its signals and why it was injected or left
+   * out. Off by default: an explained report is larger.
+   *
+   * @generated from field: bool explain = 10;
+   */
+  explain: boolean;
 };
 
 /**
@@ -341,6 +350,87 @@ export const InjectedEntrySchema: GenMessage<InjectedEntry> = /*@__PURE__*/
   messageDesc(file_contextfold_v1_injection, 4);
 
 /**
+ * An entry memory's ranking weighed, with why it was injected or left out.
+ *
+ * @generated from message contextfold.v1.CandidateReport
+ */
+export type CandidateReport = Message<"contextfold.v1.CandidateReport"> & {
+  /**
+   * The entry's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Its store.
+   *
+   * @generated from field: string store = 2;
+   */
+  store: string;
+
+  /**
+   * Its content.
+   *
+   * @generated from field: string content = 3;
+   */
+  content: string;
+
+  /**
+   * The score the ranking ordered candidates by (higher first).
+   *
+   * @generated from field: float score = 4;
+   */
+  score: number;
+
+  /**
+   * Its cosine similarity to the query.
+   *
+   * @generated from field: float similarity = 5;
+   */
+  similarity: number;
+
+  /**
+   * What the ranking added to the similarity, by signal: `stand_out` (its
+   * lead over its store's crowd), `words` (the query's words it holds),
+   * `neighbour` (the pull of a better entry beside it in its session);
+   * `lexical` and `fused` under RANKING_HYBRID, `rerank` under RANKING_RERANK.
+   *
+   * @generated from field: map<string, float> signals = 6;
+   */
+  signals: { [key: string]: number };
+
+  /**
+   * What became of it.
+   *
+   * @generated from field: contextfold.v1.CandidateVerdict verdict = 7;
+   */
+  verdict: CandidateVerdict;
+
+  /**
+   * A sentence for people saying why.
+   *
+   * @generated from field: string detail = 8;
+   */
+  detail: string;
+
+  /**
+   * Its place in the ranking, 1 for the best; 0 for an entry excluded before
+   * ranking (already injected in the conversation).
+   *
+   * @generated from field: int32 rank = 9;
+   */
+  rank: number;
+};
+
+/**
+ * Describes the message contextfold.v1.CandidateReport.
+ * Use `create(CandidateReportSchema)` to create a new message.
+ */
+export const CandidateReportSchema: GenMessage<CandidateReport> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_injection, 5);
+
+/**
  * What an injection did, and why. The top-level fields speak of memory;
  * `sources` has every source, memory included.
  *
@@ -429,6 +519,15 @@ export type InjectionReport = Message<"contextfold.v1.InjectionReport"> & {
    * @generated from field: string database = 11;
    */
   database: string;
+
+  /**
+   * With InjectRequest.explain: the candidates memory's ranking weighed,
+   * best first (at most 50), then those excluded before ranking because the
+   * conversation already holds them.
+   *
+   * @generated from field: repeated contextfold.v1.CandidateReport candidates = 12;
+   */
+  candidates: CandidateReport[];
 };
 
 /**
@@ -436,7 +535,7 @@ export type InjectionReport = Message<"contextfold.v1.InjectionReport"> & {
  * Use `create(InjectionReportSchema)` to create a new message.
  */
 export const InjectionReportSchema: GenMessage<InjectionReport> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_injection, 5);
+  messageDesc(file_contextfold_v1_injection, 6);
 
 /**
  * Response for Inject.
@@ -465,7 +564,7 @@ export type InjectResponse = Message<"contextfold.v1.InjectResponse"> & {
  * Use `create(InjectResponseSchema)` to create a new message.
  */
 export const InjectResponseSchema: GenMessage<InjectResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_injection, 6);
+  messageDesc(file_contextfold_v1_injection, 7);
 
 /**
  * When to inject.
@@ -633,6 +732,70 @@ export enum SkipReason {
  */
 export const SkipReasonSchema: GenEnum<SkipReason> = /*@__PURE__*/
   enumDesc(file_contextfold_v1_injection, 2);
+
+/**
+ * What became of a candidate entry (InjectRequest.explain).
+ *
+ * @generated from enum contextfold.v1.CandidateVerdict
+ */
+export enum CandidateVerdict {
+  /**
+   * Not decided: memory stopped before the fold (see the report's reason).
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Folded into the model input.
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_INJECTED = 1;
+   */
+  INJECTED = 1,
+
+  /**
+   * Ranked below the entries memory may inject (`max_entries`).
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_RANKED_BELOW = 2;
+   */
+  RANKED_BELOW = 2,
+
+  /**
+   * Its score is below the request's `min_score`.
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_BELOW_MIN_SCORE = 3;
+   */
+  BELOW_MIN_SCORE = 3,
+
+  /**
+   * Already in the conversation: injected in an earlier turn, or its text
+   * shown there.
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_IN_CONVERSATION = 4;
+   */
+  IN_CONVERSATION = 4,
+
+  /**
+   * Left out to keep within a token budget (memory's own or the request's).
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_OVER_BUDGET = 5;
+   */
+  OVER_BUDGET = 5,
+
+  /**
+   * Memory's block was not folded (the report says why: an empty rendering,
+   * a failure).
+   *
+   * @generated from enum value: CANDIDATE_VERDICT_NOT_FOLDED = 6;
+   */
+  NOT_FOLDED = 6,
+}
+
+/**
+ * Describes the enum contextfold.v1.CandidateVerdict.
+ */
+export const CandidateVerdictSchema: GenEnum<CandidateVerdict> = /*@__PURE__*/
+  enumDesc(file_contextfold_v1_injection, 3);
 
 /**
  * Folds relevant context into an agent's conversation before a model call.

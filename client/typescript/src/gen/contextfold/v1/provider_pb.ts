@@ -6,7 +6,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message as Message$1 } from "./conversation_pb.js";
 import { file_contextfold_v1_conversation } from "./conversation_pb.js";
-import type { Agent, Trigger } from "./injection_pb.js";
+import type { Agent, SkipReason, Trigger } from "./injection_pb.js";
 import { file_contextfold_v1_injection } from "./injection_pb.js";
 import type { Duration, FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file contextfold/v1/provider.proto.
  */
 export const file_contextfold_v1_provider: GenFile = /*@__PURE__*/
-  fileDesc("Ch1jb250ZXh0Zm9sZC92MS9wcm92aWRlci5wcm90bxIOY29udGV4dGZvbGQudjEixgEKDlByb3ZpZGVSZXF1ZXN0EikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIqCglhcHBfc3RhdGUYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiQKBWFnZW50GAMgASgLMhUuY29udGV4dGZvbGQudjEuQWdlbnQSEAoIcHJvdmlkZXIYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEhIKCnJlcXVlc3RfaWQYBiABKAkiHwoPUHJvdmlkZVJlc3BvbnNlEgwKBHRleHQYASABKAkipgMKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSDgoGdGFyZ2V0GAIgASgJEigKB3RyaWdnZXIYAyABKA4yFy5jb250ZXh0Zm9sZC52MS5UcmlnZ2VyEhAKCHByaW9yaXR5GAQgASgFEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWF4X3Rva2VucxgGIAEoBRIUCgdlbmFibGVkGAcgASgISACIAQESLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIaChJ0cmlnZ2VyX2V4cHJlc3Npb24YCiABKAkSKAoDdGxzGAsgASgLMhsuY29udGV4dGZvbGQudjEuUHJvdmlkZXJUbHMSNgoKY3JlZGVudGlhbBgMIAEoCzIiLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyQ3JlZGVudGlhbEIKCghfZW5hYmxlZCJjCgtQcm92aWRlclRscxIOCgZjYV9wZW0YASABKAkSFwoPY2xpZW50X2NlcnRfcGVtGAIgASgJEhYKDmNsaWVudF9rZXlfcGVtGAMgASgJEhMKC3NlcnZlcl9uYW1lGAQgASgJIjMKElByb3ZpZGVyQ3JlZGVudGlhbBIOCgZoZWFkZXIYASABKAkSDQoFdmFsdWUYAiABKAkiRQoXUmVnaXN0ZXJQcm92aWRlclJlcXVlc3QSKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciJGChhSZWdpc3RlclByb3ZpZGVyUmVzcG9uc2USKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciIiChJHZXRQcm92aWRlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSJBChNHZXRQcm92aWRlclJlc3BvbnNlEioKCHByb3ZpZGVyGAEgASgLMhguY29udGV4dGZvbGQudjEuUHJvdmlkZXIiPQoUTGlzdFByb3ZpZGVyc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiXQoVTGlzdFByb3ZpZGVyc1Jlc3BvbnNlEisKCXByb3ZpZGVycxgBIAMoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ0ChVVcGRhdGVQcm92aWRlclJlcXVlc3QSKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlchIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siRAoWVXBkYXRlUHJvdmlkZXJSZXNwb25zZRIqCghwcm92aWRlchgBIAEoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyIiUKFURlbGV0ZVByb3ZpZGVyUmVxdWVzdBIMCgRuYW1lGAEgASgJIhgKFkRlbGV0ZVByb3ZpZGVyUmVzcG9uc2UyXQoPQ29udGV4dFByb3ZpZGVyEkoKB1Byb3ZpZGUSHi5jb250ZXh0Zm9sZC52MS5Qcm92aWRlUmVxdWVzdBofLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVSZXNwb25zZTL6AwoPUHJvdmlkZXJTZXJ2aWNlEmUKEFJlZ2lzdGVyUHJvdmlkZXISJy5jb250ZXh0Zm9sZC52MS5SZWdpc3RlclByb3ZpZGVyUmVxdWVzdBooLmNvbnRleHRmb2xkLnYxLlJlZ2lzdGVyUHJvdmlkZXJSZXNwb25zZRJbCgtHZXRQcm92aWRlchIiLmNvbnRleHRmb2xkLnYxLkdldFByb3ZpZGVyUmVxdWVzdBojLmNvbnRleHRmb2xkLnYxLkdldFByb3ZpZGVyUmVzcG9uc2UiA5ACARJhCg1MaXN0UHJvdmlkZXJzEiQuY29udGV4dGZvbGQudjEuTGlzdFByb3ZpZGVyc1JlcXVlc3QaJS5jb250ZXh0Zm9sZC52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2UiA5ACARJfCg5VcGRhdGVQcm92aWRlchIlLmNvbnRleHRmb2xkLnYxLlVwZGF0ZVByb3ZpZGVyUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLlVwZGF0ZVByb3ZpZGVyUmVzcG9uc2USXwoORGVsZXRlUHJvdmlkZXISJS5jb250ZXh0Zm9sZC52MS5EZWxldGVQcm92aWRlclJlcXVlc3QaJi5jb250ZXh0Zm9sZC52MS5EZWxldGVQcm92aWRlclJlc3BvbnNlQmsKEmRldi5jb250ZXh0Zm9sZC52MUINUHJvdmlkZXJQcm90b1ABWjNjb250ZXh0Zm9sZC5kZXYvZ28vZ2VuL2NvbnRleHRmb2xkL3YxO2NvbnRleHRmb2xkdjGqAg5Db250ZXh0Zm9sZC5WMWIGcHJvdG8z", [file_contextfold_v1_conversation, file_contextfold_v1_injection, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch1jb250ZXh0Zm9sZC92MS9wcm92aWRlci5wcm90bxIOY29udGV4dGZvbGQudjEixgEKDlByb3ZpZGVSZXF1ZXN0EikKCG1lc3NhZ2VzGAEgAygLMhcuY29udGV4dGZvbGQudjEuTWVzc2FnZRIqCglhcHBfc3RhdGUYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiQKBWFnZW50GAMgASgLMhUuY29udGV4dGZvbGQudjEuQWdlbnQSEAoIcHJvdmlkZXIYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEhIKCnJlcXVlc3RfaWQYBiABKAkiHwoPUHJvdmlkZVJlc3BvbnNlEgwKBHRleHQYASABKAki2QMKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSDgoGdGFyZ2V0GAIgASgJEigKB3RyaWdnZXIYAyABKA4yFy5jb250ZXh0Zm9sZC52MS5UcmlnZ2VyEhAKCHByaW9yaXR5GAQgASgFEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWF4X3Rva2VucxgGIAEoBRIUCgdlbmFibGVkGAcgASgISACIAQESLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIaChJ0cmlnZ2VyX2V4cHJlc3Npb24YCiABKAkSKAoDdGxzGAsgASgLMhsuY29udGV4dGZvbGQudjEuUHJvdmlkZXJUbHMSNgoKY3JlZGVudGlhbBgMIAEoCzIiLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyQ3JlZGVudGlhbBIxCghvdXRjb21lcxgNIAMoCzIfLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyT3V0Y29tZUIKCghfZW5hYmxlZCKnAQoPUHJvdmlkZXJPdXRjb21lEhAKCGluamVjdGVkGAEgASgIEi8KC3NraXBfcmVhc29uGAIgASgOMhouY29udGV4dGZvbGQudjEuU2tpcFJlYXNvbhINCgVjb3VudBgDIAEoAxItCglsYXN0X3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2xhc3RfZGV0YWlsGAUgASgJImMKC1Byb3ZpZGVyVGxzEg4KBmNhX3BlbRgBIAEoCRIXCg9jbGllbnRfY2VydF9wZW0YAiABKAkSFgoOY2xpZW50X2tleV9wZW0YAyABKAkSEwoLc2VydmVyX25hbWUYBCABKAkiMwoSUHJvdmlkZXJDcmVkZW50aWFsEg4KBmhlYWRlchgBIAEoCRINCgV2YWx1ZRgCIAEoCSJFChdSZWdpc3RlclByb3ZpZGVyUmVxdWVzdBIqCghwcm92aWRlchgBIAEoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyIkYKGFJlZ2lzdGVyUHJvdmlkZXJSZXNwb25zZRIqCghwcm92aWRlchgBIAEoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyIiIKEkdldFByb3ZpZGVyUmVxdWVzdBIMCgRuYW1lGAEgASgJIkEKE0dldFByb3ZpZGVyUmVzcG9uc2USKgoIcHJvdmlkZXIYASABKAsyGC5jb250ZXh0Zm9sZC52MS5Qcm92aWRlciI9ChRMaXN0UHJvdmlkZXJzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJdChVMaXN0UHJvdmlkZXJzUmVzcG9uc2USKwoJcHJvdmlkZXJzGAEgAygLMhguY29udGV4dGZvbGQudjEuUHJvdmlkZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInQKFVVwZGF0ZVByb3ZpZGVyUmVxdWVzdBIqCghwcm92aWRlchgBIAEoCzIYLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVyEi8KC3VwZGF0ZV9tYXNrGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLkZpZWxkTWFzayJEChZVcGRhdGVQcm92aWRlclJlc3BvbnNlEioKCHByb3ZpZGVyGAEgASgLMhguY29udGV4dGZvbGQudjEuUHJvdmlkZXIiJQoVRGVsZXRlUHJvdmlkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkiGAoWRGVsZXRlUHJvdmlkZXJSZXNwb25zZTJdCg9Db250ZXh0UHJvdmlkZXISSgoHUHJvdmlkZRIeLmNvbnRleHRmb2xkLnYxLlByb3ZpZGVSZXF1ZXN0Gh8uY29udGV4dGZvbGQudjEuUHJvdmlkZVJlc3BvbnNlMvoDCg9Qcm92aWRlclNlcnZpY2USZQoQUmVnaXN0ZXJQcm92aWRlchInLmNvbnRleHRmb2xkLnYxLlJlZ2lzdGVyUHJvdmlkZXJSZXF1ZXN0GiguY29udGV4dGZvbGQudjEuUmVnaXN0ZXJQcm92aWRlclJlc3BvbnNlElsKC0dldFByb3ZpZGVyEiIuY29udGV4dGZvbGQudjEuR2V0UHJvdmlkZXJSZXF1ZXN0GiMuY29udGV4dGZvbGQudjEuR2V0UHJvdmlkZXJSZXNwb25zZSIDkAIBEmEKDUxpc3RQcm92aWRlcnMSJC5jb250ZXh0Zm9sZC52MS5MaXN0UHJvdmlkZXJzUmVxdWVzdBolLmNvbnRleHRmb2xkLnYxLkxpc3RQcm92aWRlcnNSZXNwb25zZSIDkAIBEl8KDlVwZGF0ZVByb3ZpZGVyEiUuY29udGV4dGZvbGQudjEuVXBkYXRlUHJvdmlkZXJSZXF1ZXN0GiYuY29udGV4dGZvbGQudjEuVXBkYXRlUHJvdmlkZXJSZXNwb25zZRJfCg5EZWxldGVQcm92aWRlchIlLmNvbnRleHRmb2xkLnYxLkRlbGV0ZVByb3ZpZGVyUmVxdWVzdBomLmNvbnRleHRmb2xkLnYxLkRlbGV0ZVByb3ZpZGVyUmVzcG9uc2VCawoSZGV2LmNvbnRleHRmb2xkLnYxQg1Qcm92aWRlclByb3RvUAFaM2NvbnRleHRmb2xkLmRldi9nby9nZW4vY29udGV4dGZvbGQvdjE7Y29udGV4dGZvbGR2MaoCDkNvbnRleHRmb2xkLlYxYgZwcm90bzM", [file_contextfold_v1_conversation, file_contextfold_v1_injection, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Request for Provide: the injection context, as data.
@@ -194,6 +194,15 @@ export type Provider = Message<"contextfold.v1.Provider"> & {
    * @generated from field: contextfold.v1.ProviderCredential credential = 12;
    */
   credential?: ProviderCredential | undefined;
+
+  /**
+   * What Inject's calls to it came to, one row per outcome (injected, or
+   * each reason it was left out), counted since it was registered and
+   * gathered from every worker every few seconds. Output only.
+   *
+   * @generated from field: repeated contextfold.v1.ProviderOutcome outcomes = 13;
+   */
+  outcomes: ProviderOutcome[];
 };
 
 /**
@@ -202,6 +211,55 @@ export type Provider = Message<"contextfold.v1.Provider"> & {
  */
 export const ProviderSchema: GenMessage<Provider> = /*@__PURE__*/
   messageDesc(file_contextfold_v1_provider, 2);
+
+/**
+ * How often a provider's outcome was one of its kind, and the latest such.
+ *
+ * @generated from message contextfold.v1.ProviderOutcome
+ */
+export type ProviderOutcome = Message<"contextfold.v1.ProviderOutcome"> & {
+  /**
+   * Whether its text was folded in.
+   *
+   * @generated from field: bool injected = 1;
+   */
+  injected: boolean;
+
+  /**
+   * Why not, when it was not.
+   *
+   * @generated from field: contextfold.v1.SkipReason skip_reason = 2;
+   */
+  skipReason: SkipReason;
+
+  /**
+   * How many Inject calls came to it.
+   *
+   * @generated from field: int64 count = 3;
+   */
+  count: bigint;
+
+  /**
+   * The latest of them.
+   *
+   * @generated from field: google.protobuf.Timestamp last_time = 4;
+   */
+  lastTime?: Timestamp | undefined;
+
+  /**
+   * The latest one's detail (the error, the timeout).
+   *
+   * @generated from field: string last_detail = 5;
+   */
+  lastDetail: string;
+};
+
+/**
+ * Describes the message contextfold.v1.ProviderOutcome.
+ * Use `create(ProviderOutcomeSchema)` to create a new message.
+ */
+export const ProviderOutcomeSchema: GenMessage<ProviderOutcome> = /*@__PURE__*/
+  messageDesc(file_contextfold_v1_provider, 3);
 
 /**
  * How contextfold reaches a provider over TLS.
@@ -246,7 +304,7 @@ export type ProviderTls = Message<"contextfold.v1.ProviderTls"> & {
  * Use `create(ProviderTlsSchema)` to create a new message.
  */
 export const ProviderTlsSchema: GenMessage<ProviderTls> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 3);
+  messageDesc(file_contextfold_v1_provider, 4);
 
 /**
  * A header contextfold sends to a provider with every call.
@@ -274,7 +332,7 @@ export type ProviderCredential = Message<"contextfold.v1.ProviderCredential"> & 
  * Use `create(ProviderCredentialSchema)` to create a new message.
  */
 export const ProviderCredentialSchema: GenMessage<ProviderCredential> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 4);
+  messageDesc(file_contextfold_v1_provider, 5);
 
 /**
  * Request for RegisterProvider.
@@ -295,7 +353,7 @@ export type RegisterProviderRequest = Message<"contextfold.v1.RegisterProviderRe
  * Use `create(RegisterProviderRequestSchema)` to create a new message.
  */
 export const RegisterProviderRequestSchema: GenMessage<RegisterProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 5);
+  messageDesc(file_contextfold_v1_provider, 6);
 
 /**
  * Response for RegisterProvider.
@@ -316,7 +374,7 @@ export type RegisterProviderResponse = Message<"contextfold.v1.RegisterProviderR
  * Use `create(RegisterProviderResponseSchema)` to create a new message.
  */
 export const RegisterProviderResponseSchema: GenMessage<RegisterProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 6);
+  messageDesc(file_contextfold_v1_provider, 7);
 
 /**
  * Request for GetProvider.
@@ -337,7 +395,7 @@ export type GetProviderRequest = Message<"contextfold.v1.GetProviderRequest"> & 
  * Use `create(GetProviderRequestSchema)` to create a new message.
  */
 export const GetProviderRequestSchema: GenMessage<GetProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 7);
+  messageDesc(file_contextfold_v1_provider, 8);
 
 /**
  * Response for GetProvider.
@@ -358,7 +416,7 @@ export type GetProviderResponse = Message<"contextfold.v1.GetProviderResponse"> 
  * Use `create(GetProviderResponseSchema)` to create a new message.
  */
 export const GetProviderResponseSchema: GenMessage<GetProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 8);
+  messageDesc(file_contextfold_v1_provider, 9);
 
 /**
  * Request for ListProviders.
@@ -388,7 +446,7 @@ export type ListProvidersRequest = Message<"contextfold.v1.ListProvidersRequest"
  * Use `create(ListProvidersRequestSchema)` to create a new message.
  */
 export const ListProvidersRequestSchema: GenMessage<ListProvidersRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 9);
+  messageDesc(file_contextfold_v1_provider, 10);
 
 /**
  * Response for ListProviders.
@@ -416,7 +474,7 @@ export type ListProvidersResponse = Message<"contextfold.v1.ListProvidersRespons
  * Use `create(ListProvidersResponseSchema)` to create a new message.
  */
 export const ListProvidersResponseSchema: GenMessage<ListProvidersResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 10);
+  messageDesc(file_contextfold_v1_provider, 11);
 
 /**
  * Request for UpdateProvider.
@@ -446,7 +504,7 @@ export type UpdateProviderRequest = Message<"contextfold.v1.UpdateProviderReques
  * Use `create(UpdateProviderRequestSchema)` to create a new message.
  */
 export const UpdateProviderRequestSchema: GenMessage<UpdateProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 11);
+  messageDesc(file_contextfold_v1_provider, 12);
 
 /**
  * Response for UpdateProvider.
@@ -467,7 +525,7 @@ export type UpdateProviderResponse = Message<"contextfold.v1.UpdateProviderRespo
  * Use `create(UpdateProviderResponseSchema)` to create a new message.
  */
 export const UpdateProviderResponseSchema: GenMessage<UpdateProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 12);
+  messageDesc(file_contextfold_v1_provider, 13);
 
 /**
  * Request for DeleteProvider.
@@ -488,7 +546,7 @@ export type DeleteProviderRequest = Message<"contextfold.v1.DeleteProviderReques
  * Use `create(DeleteProviderRequestSchema)` to create a new message.
  */
 export const DeleteProviderRequestSchema: GenMessage<DeleteProviderRequest> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 13);
+  messageDesc(file_contextfold_v1_provider, 14);
 
 /**
  * Response for DeleteProvider.
@@ -503,7 +561,7 @@ export type DeleteProviderResponse = Message<"contextfold.v1.DeleteProviderRespo
  * Use `create(DeleteProviderResponseSchema)` to create a new message.
  */
 export const DeleteProviderResponseSchema: GenMessage<DeleteProviderResponse> = /*@__PURE__*/
-  messageDesc(file_contextfold_v1_provider, 14);
+  messageDesc(file_contextfold_v1_provider, 15);
 
 /**
  * The contract a context provider implements, in any language: given the
