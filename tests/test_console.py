@@ -433,12 +433,17 @@ def test_the_consoles_door_sends_a_strict_policy_and_refuses_what_a_page_of_anot
     key = {"authorization": f"Bearer {console_keys.acme_admin}"}
     api = f"{console.url}/api/MemoryService/ListStores"
     assert httpx.post(api, json={}, headers=key).status_code == 200
+    # Brought to another port by a tunnel (`ssh -L`, `kubectl port-forward`), a loopback name still answers.
+    port = console.url.rsplit(":", 1)[1]
+    for tunnelled in ("localhost:9000", "127.0.0.1:18080", "[::1]:8443"):
+        assert httpx.post(api, json={}, headers={**key, "host": tunnelled}).status_code == 200, tunnelled
     as_json = {**key, "content-type": "application/json"}
     refusals = {
         "another origin": (httpx.post(api, json={}, headers={**key, "origin": "https://evil.example"}), 403),
         "a cross-site fetch": (httpx.post(api, json={}, headers={**key, "sec-fetch-site": "cross-site"}), 403),
         "a form's body": (httpx.post(api, content=b"{}", headers={**key, "content-type": "text/plain"}), 415),
         "another host name": (httpx.post(api, json={}, headers={**key, "host": "evil.example"}), 421),
+        "another name on the port": (httpx.post(api, json={}, headers={**key, "host": f"evil.example:{port}"}), 421),
         "no key": (httpx.post(api, json={}), 401),
         "a GET": (httpx.get(api, headers=key), 405),
         "a method it does not call": (

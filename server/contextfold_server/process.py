@@ -184,7 +184,7 @@ def _mesh(config: Config, server: grpc.aio.Server, own: _OwnChannel, metrics: Me
 
 async def _console(config: Config, port: int, own: _OwnChannel, keys: KeyRing) -> HttpServer:
     """The web console, on the port every worker shares."""
-    console = Console(lambda: own.channel, keys, config.console_host, port)
+    console = Console(lambda: own.channel, keys, config.console_host)
     http = HttpServer(console.handle, SECURITY_HEADERS)
     await http.start(config.console_host, port)
     return http

@@ -109,17 +109,17 @@ _HTTP_STATUS = {
 
 
 class Console:
-    def __init__(self, api: Callable[[], grpc.aio.Channel], keys: KeyRing, host: str, port: int) -> None:
+    def __init__(self, api: Callable[[], grpc.aio.Channel], keys: KeyRing, host: str) -> None:
         self._api = api
         self._keys = keys
-        self._hosts = _allowed_hosts(host, port)
+        self._hosts = _allowed_hosts(host)
         self._pages = {
             path: (resources.files(__package__).joinpath("static", name).read_bytes(), kind)
             for path, (name, kind) in _PAGES.items()
         }
 
     async def handle(self, request: Request) -> Response:
-        if self._hosts is not None and request.headers.get("host", "").lower() not in self._hosts:
+        if self._hosts is not None and _host_name(request.headers.get("host", "")) not in self._hosts:
             # A name this console does not answer to: a page of another site, rebinding its name to this one.
             return _error(
                 HTTPStatus.MISDIRECTED_REQUEST, "HOST_NOT_ALLOWED", "this console does not answer to that host"
@@ -214,14 +214,22 @@ class Console:
         return _json(HTTPStatus.OK, json_format.MessageToDict(response), headers)
 
 
-def _allowed_hosts(host: str, port: int) -> set[str] | None:
-    """The `Host` values a console on loopback answers to; None (any) when it listens beyond it."""
-    names = {"localhost", "127.0.0.1", "[::1]"}
+def _allowed_hosts(host: str) -> set[str] | None:
+    """The host names a console on loopback answers to, on any port (a tunnel or `kubectl port-forward`
+    may bring it to another); None (any) when it listens beyond loopback."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         loopback = False
-    return {f"{name}:{port}" for name in names} if loopback else None
+    return {"localhost", "127.0.0.1", "[::1]"} if loopback else None
+
+
+def _host_name(header: str) -> str:
+    """A `Host` header's name, without its port: `[::1]:8080` is `[::1]`, `localhost:8080` `localhost`."""
+    name = header.strip().lower()
+    if name.startswith("["):
+        return name[: name.find("]") + 1] if "]" in name else name
+    return name.partition(":")[0]
 
 
 def _status(error: grpc.aio.AioRpcError) -> Response:
