@@ -65,7 +65,7 @@ from contextfold_server.memory.records import UNSCOPED
 from contextfold_server.memory.search import MemorySearcher
 from contextfold_server.memory.statements import SEARCH_SETTINGS
 from contextfold_server.memory.store import PostgresMemoryStore
-from contextfold_server.postgres.pool import Read
+from contextfold_server.postgres.pool import Read, settings_statement
 from contextfold_server.postgres.schema import NAMESPACE_SETTING, SERVICE_ROLE
 from pgvector.psycopg import register_vector, register_vector_async
 
@@ -288,8 +288,8 @@ class Floor:
             cursors = []
             for read in reads:
                 if read.settings:
-                    for name, value in read.settings.items():
-                        conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+                    # As the worker's pool sets them: one statement for all.
+                    conn.execute(settings_statement(len(read.settings)), list(itertools.chain(*read.settings.items())))
                 cursors.append(conn.execute(read.query, read.params))
             conn.execute("COMMIT")
             pipeline.sync()

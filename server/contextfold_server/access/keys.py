@@ -76,6 +76,12 @@ class KeyRecord:
         }
 
 
+def bearer_key(authorization: str) -> str:
+    """The key an `authorization` value carries (`Bearer <key>`, any case); empty for any other."""
+    scheme, _, key = authorization.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else ""
+
+
 def hash_key(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 

@@ -30,7 +30,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ..access.keys import OPEN_CALLER, Caller, KeyRing
+from ..access.keys import OPEN_CALLER, Caller, KeyRing, bearer_key
 from ..access.policy import authorize
 from ..access.quotas import QuotaBook
 from ..errors import (
@@ -295,10 +295,10 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             return OPEN_CALLER
         if len(authorizations) > 1:
             raise Unauthenticated("API_KEY_AMBIGUOUS", "send one `authorization` header, not several")
-        scheme, _, key = (authorizations[0] if authorizations else "").partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        key = bearer_key(authorizations[0] if authorizations else "")
+        if not key:
             raise Unauthenticated("API_KEY_REQUIRED", "an API key is required: send `authorization: Bearer <key>`")
-        caller = self._keys.caller(key.strip())
+        caller = self._keys.caller(key)
         if caller is None:
             raise Unauthenticated("API_KEY_INVALID", "the API key is not valid, or it was revoked")
         authorize(method, caller)

@@ -177,9 +177,10 @@ def provider_to_proto(record: ProviderRecord) -> provider_pb2.Provider:
     return provider
 
 
-def _skip_reason_named(name: str) -> injection_pb2.SkipReason.ValueType:
-    """A skip reason as the outcomes' table names it (`timeout`); a name this server does not know as FAILED."""
+def _skip_reason_named(name: str) -> int:
+    """A skip reason as the outcomes' table names it (`SkipReason`'s value, `timeout`); a name this server
+    does not know as FAILED."""
     try:
-        return injection_pb2.SkipReason.Value(f"SKIP_REASON_{name.upper()}")
+        return _skip_reason(SkipReason(name))
     except ValueError:
         return injection_pb2.SKIP_REASON_FAILED

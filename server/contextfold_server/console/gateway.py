@@ -27,12 +27,12 @@ from importlib import resources
 from typing import Any
 
 import grpc
+from contextfold.errors import from_rpc_error
 from contextfold.v1 import injection_pb2, memory_pb2, provider_pb2
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2, status_pb2
 
-from ..access.keys import OPEN_CALLER, Caller, KeyRing
+from ..access.keys import OPEN_CALLER, Caller, KeyRing, bearer_key
 from ..postgres.consistency import TOKEN_HEADER
 from .http import Request, Response
 
@@ -166,8 +166,8 @@ class Console:
     def _caller(self, request: Request) -> Caller | None:
         if not self._keys.required:
             return OPEN_CALLER
-        scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        return self._keys.caller(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        key = bearer_key(request.headers.get("authorization", ""))
+        return self._keys.caller(key) if key else None
 
     def _whoami(self, request: Request) -> Response:
         caller = self._caller(request)
@@ -235,19 +235,14 @@ def _host_name(header: str) -> str:
 def _status(error: grpc.aio.AioRpcError) -> Response:
     """A gRPC status as the console's error: its code, message, reason and the fields at fault."""
     body: dict[str, Any] = {"code": error.code().name, "message": error.details() or ""}
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin" and isinstance(value, bytes):
-            for detail in status_pb2.Status.FromString(value).details:
-                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                    info = error_details_pb2.ErrorInfo()
-                    detail.Unpack(info)
-                    body["reason"] = info.reason
-                elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                    bad = error_details_pb2.BadRequest()
-                    detail.Unpack(bad)
-                    body["fieldViolations"] = [
-                        {"field": v.field, "description": v.description} for v in bad.field_violations
-                    ]
+    # Its details as the client reads them.
+    decoded = from_rpc_error(error)
+    if decoded.reason is not None:
+        body["reason"] = decoded.reason
+    if decoded.field_violations:
+        body["fieldViolations"] = [
+            {"field": field, "description": description} for field, description in decoded.field_violations
+        ]
     return _json(_HTTP_STATUS.get(error.code(), HTTPStatus.INTERNAL_SERVER_ERROR), body)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .gate import SkipReason
 
@@ -88,5 +88,5 @@ def settled(
             verdict, why = Verdict.OVER_BUDGET, detail
         else:
             verdict, why = Verdict.NOT_FOLDED, detail
-        out.append(Considered(**{**candidate.__dict__, "verdict": verdict, "detail": why}))
+        out.append(replace(candidate, verdict=verdict, detail=why))
     return out

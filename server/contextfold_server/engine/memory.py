@@ -162,25 +162,27 @@ async def retrieve_memory(
     # One store that cannot be searched leaves only itself out, as the reference does.
     outcome.notes = result.left_out + result.notes
     outcome.ranking = result.ranking
-    entries = [
+    new = [
         entry
         for entry in result.entries
         if entry.id not in search_query.exclude_ids and not is_shown(entry.content, shown)
-    ][: request.max_entries]
+    ]
+    entries = new[: request.max_entries]
     if request.explain:
-        outcome.considered = _considered(result, entries, search_query, shown)
+        outcome.considered = _considered(result, new, entries, search_query)
     if not entries:
         raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
     return tuple(entries)
 
 
 def _considered(
-    result: SearchResult[RetrievedEntry], offered: list[RetrievedEntry], query: SearchQuery, shown: Sequence[str]
+    result: SearchResult[RetrievedEntry], new: list[RetrievedEntry], offered: list[RetrievedEntry], query: SearchQuery
 ) -> list[Considered]:
-    """The search's candidates with the engine's verdicts (shown in the conversation by their text, or
-    ranked past what memory may inject), then the entries the search excluded as injected before."""
+    """The search's candidates with the engine's verdicts (in the conversation: what the search returned
+    that is not `new`; or ranked past what memory may inject: `new` but not `offered`), then the entries
+    the search excluded as injected before."""
     offered_ids = {entry.id for entry in offered}
-    in_conversation = {entry.id for entry in result.entries if is_shown(entry.content, shown)}
+    in_conversation = {entry.id for entry in result.entries} - {entry.id for entry in new}
     for candidate in result.considered:
         if candidate.id in in_conversation:
             candidate.decide(Verdict.IN_CONVERSATION, "its text is already shown in the conversation")

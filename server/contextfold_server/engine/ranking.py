@@ -175,8 +175,12 @@ def fuse_by_rank(lists: Iterable[tuple[Sequence[Entry], float]], limit: int) -> 
 def hybrid(entries: Sequence[Entry], lexical: Sequence[Entry], limit: int) -> list[Entry]:
     """The store-aware order fused by rank with the full-text search's (best first), the lexical
     list at `LEXICAL_WEIGHT`: exact words (an id, an error message) lift the entries holding them."""
-    vector = store_aware(entries, len(entries))
-    return fuse_by_rank(((vector, 1.0), (lexical, LEXICAL_WEIGHT)), limit)
+    return fuse_by_rank(hybrid_lists(entries, lexical), limit)
+
+
+def hybrid_lists(entries: Sequence[Entry], lexical: Sequence[Entry]) -> list[tuple[Sequence[Entry], float]]:
+    """What hybrid fuses: the store-aware order of `entries`, and the lexical list at `LEXICAL_WEIGHT`."""
+    return [(store_aware(entries, len(entries)), 1.0), (lexical, LEXICAL_WEIGHT)]
 
 
 def reorder(entries: Sequence[Entry], scores: Mapping[int, float], limit: int) -> list[Entry]:

@@ -182,13 +182,12 @@ class MemoryLifecycle:
         ones too, with their versions; with a scope and no filter, the turns Remember noted for it too.
         In batches of `batch`, each its own transaction: a long erasure holds no lock for long, and one
         cut short is finished by calling again. Named stores must exist."""
-        selected, params = await self._erasable(namespace, stores, scope, tree)
+        erasable, params = await self._erasable(namespace, stores, scope, tree)
         params["batch"] = batch
         statement = (
             f"DELETE FROM {SCHEMA}.memories WHERE namespace = %(namespace)s AND id IN ("
-            f" SELECT m.id FROM {selected} LIMIT %(batch)s) RETURNING 1"
+            f" SELECT m.id FROM {SCHEMA}.memories m WHERE {erasable} LIMIT %(batch)s) RETURNING 1"
         )
-        where = entries_where(scope, tree, live=False)[0]
         erased = 0
         while True:
             async with self._store.connection(namespace) as conn:
@@ -199,27 +198,26 @@ class MemoryLifecycle:
             if deleted < batch:
                 break
         if tree is None and scope.fields():
-            # Without a filter, `where` is the scope alone: the ledger's rows have its columns too.
+            # Without a filter, the conditions are the scope's alone: the ledger's rows have its columns too.
             async with self._store.connection(namespace) as conn:
-                await conn.execute(
-                    f"DELETE FROM {SCHEMA}.remembered_turns m WHERE m.namespace = %(namespace)s"
-                    f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){where}",
-                    params,
-                )
+                await conn.execute(f"DELETE FROM {SCHEMA}.remembered_turns m WHERE {erasable}", params)
         return erased
 
     async def count(self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None) -> int:
         """How many entries `erase` would delete now (read on the primary, as the erasure would be)."""
-        selected, params = await self._erasable(namespace, stores, scope, tree)
+        erasable, params = await self._erasable(namespace, stores, scope, tree)
         async with self._store.connection(namespace) as conn:
-            cursor = await conn.execute(f"SELECT count(*) AS erasable FROM {selected}", params)
+            cursor = await conn.execute(
+                f"SELECT count(*) AS erasable FROM {SCHEMA}.memories m WHERE {erasable}", params
+            )
             row = await cursor.fetchone()
         return int(row["erasable"]) if row else 0
 
     async def _erasable(
         self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None
     ) -> tuple[str, dict[str, Any]]:
-        """The FROM and WHERE of an erasure's entries (`m`), and its parameters; named stores must exist."""
+        """The conditions on `m` (an entry, or a row of Remember's ledger: both have its columns) that an
+        erasure's rows meet, and their parameters; named stores must exist."""
         if stores:
             found = await self._store.get_stores(namespace, stores)
             missing = [name for name in stores if name not in found]
@@ -227,11 +225,11 @@ class MemoryLifecycle:
                 raise NotFound("store", missing[0])
         where, params = entries_where(scope, tree, live=False)
         params |= {"namespace": namespace, "stores": list(stores)}
-        selected = (
-            f"{SCHEMA}.memories m WHERE m.namespace = %(namespace)s"
+        conditions = (
+            "m.namespace = %(namespace)s"
             f" AND (cardinality(%(stores)s::text[]) = 0 OR m.store = ANY(%(stores)s::text[])){where}"
         )
-        return selected, params
+        return conditions, params
 
     async def export(
         self, namespace: str, stores: Sequence[str], scope: Scope, tree: Filter | None, batch: int = 256

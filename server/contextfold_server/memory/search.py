@@ -243,8 +243,7 @@ def _hybrid_signals(
     nearest: list[Candidate], words: list[Candidate]
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Under hybrid: each candidate's fused score (what its order follows), and its words' weight."""
-    vector = ranking.store_aware(nearest, len(nearest))
-    fused = ranking.fused_scores(((vector, 1.0), (words, ranking.LEXICAL_WEIGHT)))
+    fused = ranking.fused_scores(ranking.hybrid_lists(nearest, words))
     signals = {entry: {"fused": score} for entry, score in fused.items()}
     for candidate in words:
         signals[candidate.id]["lexical"] = candidate.lexical or 0.0
@@ -273,11 +272,9 @@ def _considered(
             rank,
             signals.get(memory.id, {}),
         )
-        if memory.id in kept:
-            pass
-        elif query.min_score is not None and entry.score < query.min_score:
+        if memory.id not in kept and query.min_score is not None and entry.score < query.min_score:
             candidate.decide(Verdict.BELOW_MIN_SCORE, f"similarity {entry.score:.3f} is under {query.min_score}")
-        else:
+        elif memory.id not in kept:
             candidate.decide(Verdict.RANKED_BELOW, f"ranked {rank}, after the {len(kept)} best")
         considered.append(candidate)
     return considered

@@ -28,6 +28,7 @@ import grpc
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc, memory_pb2, memory_pb2_grpc
 from prometheus_client import Counter
 
+from ..access.keys import bearer_key
 from . import ext_proc_pb2 as ext_proc
 from .settings import PREFIX, BadSetting, MeshSettings, ours, settings
 from .shapes import Located, NotThisShape, Shape, apply, shape_of, shown_earlier
@@ -147,7 +148,7 @@ class ExternalProcessor:
         try:
             configured = ours(exchange.stream.items())
             # The operator's key (the stream's `authorization`) is the stream's setting, and so wins.
-            operators = _bearer(exchange.stream.get("authorization", ""))
+            operators = bearer_key(exchange.stream.get("authorization", ""))
             if operators:
                 configured["api-key"] = operators
             exchange.settings = settings(configured, ours(headers))
@@ -306,11 +307,6 @@ def _blocks(
 def _value(header: ext_proc.HeaderValue) -> str:
     """A header's value: Envoy sends it as bytes (`raw_value`), older versions as text."""
     return header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
-
-
-def _bearer(value: str) -> str:
-    scheme, _, key = value.partition(" ")
-    return key.strip() if scheme.lower() == "bearer" else ""
 
 
 async def _read(shape: Shape, text: str) -> list[Located]:

@@ -48,7 +48,7 @@ class Read:
 
 
 @functools.cache
-def _set_all(count: int) -> str:
+def settings_statement(count: int) -> str:
     """One statement setting `count` settings for the transaction (names and values as parameters)."""
     return "SELECT " + ", ".join(["set_config(%s, %s, true)"] * count)
 
@@ -144,7 +144,7 @@ class Database:
                     for read in reads:
                         if read.settings:
                             named = list(itertools.chain(*read.settings.items()))
-                            await conn.execute(_set_all(len(read.settings)), named)
+                            await conn.execute(settings_statement(len(read.settings)), named)
                         cursors.append(await conn.execute(read.query, read.params))
                     await conn.execute("COMMIT")
                     await pipeline.sync()

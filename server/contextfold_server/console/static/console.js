@@ -165,6 +165,11 @@ function parsedFilter(text) {
   }
 }
 
+/** The names typed into `input`, comma-separated. */
+function names(input) {
+  return input.value.split(",").map((name) => name.trim()).filter(Boolean);
+}
+
 function scopeFrom(userId, agentId, sessionId) {
   const scope = {};
   if (userId) scope.userId = userId;
@@ -399,7 +404,7 @@ function playgroundPage() {
   const run = async (event) => {
     event.preventDefault();
     const memory = {
-      stores: stores.value.split(",").map((s) => s.trim()).filter(Boolean),
+      stores: names(stores),
       maxEntries: Number.parseInt(maxEntries.value || "5", 10),
       scope: scopeFrom(userId.value.trim(), "", sessionId.value.trim()),
     };
@@ -581,7 +586,7 @@ function erasePage() {
   const out = el("div", { id: "erase-area" });
   const request = () => ({
     scope: scopeFrom(userId.value.trim(), agentId.value.trim(), sessionId.value.trim()),
-    stores: stores.value.split(",").map((s) => s.trim()).filter(Boolean),
+    stores: names(stores),
   });
   const count = async (event) => {
     event.preventDefault();
