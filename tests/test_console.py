@@ -428,6 +428,11 @@ def test_the_consoles_door_sends_a_strict_policy_and_refuses_what_a_page_of_anot
         assert "default-src 'none'" in policy and "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
         assert answer.headers["x-content-type-options"] == "nosniff" and "set-cookie" not in answer.headers
     page_source = httpx.get(console.url + "/").text
+    with httpx.Client() as kept_alive:
+        head = kept_alive.head(console.url + "/")
+        assert head.status_code == 200 and head.content == b""
+        assert int(head.headers["content-length"]) == len(page_source.encode())
+        assert kept_alive.get(console.url + "/console.css").status_code == 200, "the connection carries on"
     assert re.findall(r"<script(?![^>]*\bsrc=)", page_source) == [] and " style=" not in page_source
 
     key = {"authorization": f"Bearer {console_keys.acme_admin}"}

@@ -106,18 +106,22 @@ class HttpServer:
             except Exception:
                 logger.exception("the console's handler failed")
                 response = _plain(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
-            await self._send(connection, writer, response)
+            await self._send(connection, writer, response, head=request.method == "HEAD")
             if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
                 return
             connection.start_next_cycle()
 
-    async def _send(self, connection: h11.Connection, writer: asyncio.StreamWriter, response: Response) -> None:
+    async def _send(
+        self, connection: h11.Connection, writer: asyncio.StreamWriter, response: Response, head: bool = False
+    ) -> None:
+        """The response whole; to a HEAD, its head alone (its length as a GET's body would have it)."""
         if connection.our_state is not h11.SEND_RESPONSE:
             return
         headers = [*self._always, *response.headers, ("content-length", str(len(response.body)))]
         reason = HTTPStatus(response.status).phrase.encode() if response.status in _KNOWN else b""
         data = connection.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
-        data += connection.send(h11.Data(data=response.body)) or b""
+        if not head:
+            data += connection.send(h11.Data(data=response.body)) or b""
         data += connection.send(h11.EndOfMessage()) or b""
         writer.write(data)
         await writer.drain()
