@@ -219,3 +219,43 @@ def test_requests_may_log_in_as_a_role_that_owns_nothing(tmp_path, fresh_postgre
             conn.execute("SELECT * FROM contextfold.api_keys")
         # Without a namespace set, row-level security shows it nothing.
         assert conn.execute("SELECT count(*) FROM contextfold.memories").fetchone() == (0,)
+
+
+def test_a_read_acts_for_its_namespace_in_one_transaction_and_the_connection_for_no_one_after(
+    postgres: Postgres,
+) -> None:
+    """A read's statements run in one transaction, its namespace and settings set for it alone: the
+    same pooled connection, read again without a namespace, after a read that went well and after
+    ones that failed (an error, a statement past its time), acts for no one."""
+    from contextfold_server.errors import StatementTimeout
+    from contextfold_server.postgres.pool import Database, Read
+
+    acting = "SELECT current_setting('contextfold.namespace', true) AS namespace, txid_current() AS xid"
+    setting = "SELECT current_setting('hnsw.ef_search') AS ef_search, txid_current() AS xid"
+    both = (
+        "SELECT current_setting('contextfold.namespace', true) AS namespace,"
+        " current_setting('hnsw.ef_search') AS ef_search"
+    )
+
+    async def check() -> None:
+        await migrate(postgres.url)
+        database = await Database.open(postgres.url, min_size=1, max_size=1)
+        try:
+            first, second = await database.read_all(
+                "tenant-a", [Read(acting, ()), Read(setting, (), {"hnsw.ef_search": "77"})]
+            )
+            assert first[0]["namespace"] == "tenant-a" and second[0]["ef_search"] == "77"
+            assert first[0]["xid"] == second[0]["xid"]
+            failing = [
+                (Read("SELECT 1 / 0", ()), psycopg.errors.DivisionByZero),
+                (Read("SELECT pg_sleep(1)", (), {"statement_timeout": "50ms"}), StatementTimeout),
+            ]
+            for read, refused in failing:
+                with pytest.raises(refused):
+                    await database.read_all("tenant-a", [read])
+                ((after,),) = await database.read_all("", [Read(both, ())])
+                assert after["namespace"] == "" and after["ef_search"] != "77", read
+        finally:
+            await database.close()
+
+    asyncio.run(check())

@@ -97,8 +97,8 @@ class Database:
 
         # A short wait for a connection: when the database is down, callers hear
         # so quickly, and injection fails open well within an agent's deadline.
-        # Autocommit: a read is one round trip (no BEGIN before it, no ROLLBACK when the
-        # connection goes back to the pool); writes open their transactions explicitly.
+        # Autocommit: a read is one round trip (no BEGIN before it, no COMMIT or ROLLBACK after: its
+        # pipeline's sync ends its transaction); writes open their transactions explicitly.
         pool = AsyncConnectionPool(
             conninfo,
             min_size=min_size,
@@ -125,28 +125,31 @@ class Database:
     async def read(
         self, namespace: str, query: Query, params: Params, settings: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]:
-        """The rows of one read acting for `namespace`, in one round trip: the transaction's BEGIN, its
-        namespace, `settings` (for this transaction only), the query and the COMMIT go out together
-        (pipelined), so the namespace lasts for this transaction only at no more than one round trip's cost."""
+        """The rows of one read acting for `namespace`, in one round trip: its namespace and `settings`
+        (for this transaction only) and the query go out together, pipelined, and the pipeline's sync
+        ends the transaction, so the namespace lasts for this read only at one round trip's cost."""
         (rows,) = await self.read_all(namespace, [Read(query, params, settings)])
         return rows
 
     async def read_all(self, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
         """The rows of each of `reads`, in one transaction and one round trip (as `read`): each
-        statement runs after its settings are set, and they last the rest of the transaction."""
+        statement runs after its settings are set (the first's with the namespace's, in one statement),
+        and they last the rest of the transaction."""
         try:
             async with self._turns.turn(namespace), self._pool.connection() as pooled:
                 conn = cast(Connection, pooled)
                 conn.row_factory = dict_row
                 async with conn.pipeline() as pipeline:
-                    await self.begin(conn, namespace)
+                    # No BEGIN and no COMMIT: what the pipeline sends up to its sync is one transaction (the
+                    # extended protocol's, which the Sync ends), and the settings last until it ends.
                     cursors = []
-                    for read in reads:
-                        if read.settings:
-                            named = list(itertools.chain(*read.settings.items()))
-                            await conn.execute(settings_statement(len(read.settings)), named)
+                    for index, read in enumerate(reads):
+                        settings = self._acting_for(namespace) if index == 0 else {}
+                        settings.update(read.settings or {})
+                        if settings:
+                            named = list(itertools.chain(*settings.items()))
+                            await conn.execute(settings_statement(len(settings)), named)
                         cursors.append(await conn.execute(read.query, read.params))
-                    await conn.execute("COMMIT")
                     await pipeline.sync()
                     return [await cursor.fetchall() for cursor in cursors]
         except (psycopg.OperationalError, TimeoutError) as error:
@@ -156,10 +159,13 @@ class Database:
         """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends, with
         its statements' time limit: the server's longest, or what the call's deadline leaves."""
         await conn.execute("BEGIN")
-        await conn.execute(
-            "SELECT set_config(%s, %s, true), set_config('statement_timeout', %s, true)",
-            (NAMESPACE_SETTING, namespace, f"{self._statement_ms()}ms"),
-        )
+        settings = self._acting_for(namespace)
+        await conn.execute(settings_statement(len(settings)), list(itertools.chain(*settings.items())))
+
+    def _acting_for(self, namespace: str) -> dict[str, str]:
+        """A transaction's settings acting for `namespace`: the namespace row-level security reads, and
+        its statements' time limit (the server's longest, or what the call's deadline leaves)."""
+        return {NAMESPACE_SETTING: namespace, "statement_timeout": f"{self._statement_ms()}ms"}
 
     def _statement_ms(self) -> int:
         limit = self._limits.statement_seconds
