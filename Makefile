@@ -20,7 +20,7 @@ GO_PACKAGES := golang-go golang-google-grpc-dev golang-google-protobuf-dev golan
 BROWSER_READY := $(VENV)/.browser-installed
 BROWSER_PACKAGES := chromium chromium-driver
 
-.PHONY: install run test console-screenshots proto proto-baseline lint format bench bench-quick bench-soak mesh-demo clean
+.PHONY: install run test console-screenshots proto proto-baseline config-docs lint format bench bench-quick bench-soak mesh-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,10 @@ bench-soak: $(DEV_READY)
 proto: $(DEV_READY) $(TS_READY) $(GO_READY)
 	$(BIN)/python scripts/gen_protos.py
 
+## config-docs: write docs/configuration.md from the server's option parser (`make lint` fails when it is stale).
+config-docs: $(DEV_READY)
+	$(BIN)/python scripts/gen_config_docs.py
+
 ## proto-baseline: record the contract as published, for `buf breaking` (when a release ships).
 proto-baseline: $(DEV_READY)
 	$(BIN)/buf build --exclude-source-info -o protos/v1.image.json
@@ -134,6 +138,7 @@ lint: $(DEV_READY) $(TS_READY) $(GO_READY)
 	$(BIN)/buf breaking --against protos/v1.image.json
 	if git rev-parse -q --verify main >/dev/null; then $(BIN)/buf breaking --against '.git#branch=main'; fi
 	$(BIN)/python scripts/gen_protos.py --check
+	$(BIN)/python scripts/gen_config_docs.py --check
 
 format: $(DEV_READY)
 	$(BIN)/ruff format .

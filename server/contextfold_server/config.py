@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,26 +102,53 @@ class Config:
     ext_proc_outcome_header: bool
 
 
+# Settings read from the environment only, each with what it is: a secret on the command line would show in `ps`.
+ENVIRONMENT_ONLY = {
+    "CONTEXTFOLD_OPENAI_API_KEY": "the embedding endpoint's key, for --embedder openai",
+    "CONTEXTFOLD_RERANKER_API_KEY": "the reranker's key, for --reranker-url",
+    "CONTEXTFOLD_EXTRACTOR_API_KEY": "the extractor's key, for --extractor-url",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "where spans go over OTLP/HTTP, with the other standard OTEL_* settings;"
+    " unset, no spans are exported",
+}
+
+
 class _Options:
     """Adds options whose defaults come from `CONTEXTFOLD_<OPTION>` when that is set (`--max-in-flight`:
-    CONTEXTFOLD_MAX_IN_FLIGHT), so a container is configured by its environment alone."""
+    CONTEXTFOLD_MAX_IN_FLIGHT), so a container is configured by its environment alone. Each option
+    keeps its variable and, where the default depends on the machine, the default as documented
+    (`shown`), for the configuration reference (`scripts/gen_config_docs.py`)."""
 
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
+    def __init__(self, parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
         self._parser = parser
+        self._environ = environ
 
     def add(
-        self, flag: str, kind: Callable[[str], Any] = str, default: Any = None, help: str = "", **extra: Any
+        self,
+        flag: str,
+        kind: Callable[[str], Any] = str,
+        default: Any = None,
+        help: str = "",
+        shown: str | None = None,
+        **extra: Any,
     ) -> None:
         variable = "CONTEXTFOLD_" + flag.removeprefix("--").replace("-", "_").upper()
-        value = os.environ.get(variable)
-        self._parser.add_argument(
+        value = self._environ.get(variable)
+        action = self._parser.add_argument(
             flag, type=kind, default=kind(value) if value else default, help=f"{help} (${variable})".lstrip(), **extra
         )
+        documented(action, variable, shown)
 
 
-def parse_config(argv: list[str] | None = None) -> Config:
+def documented(action: argparse.Action, variable: str, shown: str | None = None) -> None:
+    """Note on `action` its environment variable and its default as the reference shows it."""
+    action.environment = variable  # type: ignore[attr-defined]
+    action.shown_default = shown  # type: ignore[attr-defined]
+
+
+def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    """`contextfold serve`'s options, their defaults taken from `environ` where it sets them."""
     parser = argparse.ArgumentParser(prog="contextfold serve", description="Run the contextfold gRPC server.")
-    option = _Options(parser).add
+    option = _Options(parser, environ).add
     option("--host", default="localhost", help="address to listen on")
     option(
         "--auth",
@@ -138,24 +165,42 @@ def parse_config(argv: list[str] | None = None) -> Config:
         help="the schema owner's URL (migrations, index builds, API keys); --database-url is then a role"
         " of its own that only reads and writes the tenants' rows (default: --database-url does both)",
     )
-    option("--data-dir", Path, default_data_dir(), help="where the embedded Postgres keeps its data")
+    option(
+        "--data-dir",
+        Path,
+        default_data_dir(),
+        help="where the embedded Postgres keeps its data",
+        shown="~/.local/share/contextfold/pgdata",
+    )
     option(
         "--workers",
         int,
         available_cores(),
         help="server processes sharing the port, each with its own event loop (default: the cores available)",
+        shown="the cores available",
     )
     option("--embedder", default="local", choices=["local", "openai"])
-    option("--model-dir", Path, default_data_dir().parent / "models", help="where the local model is cached")
+    option(
+        "--model-dir",
+        Path,
+        default_data_dir().parent / "models",
+        help="where the local model is cached",
+        shown="~/.local/share/contextfold/models",
+    )
     option(
         "--embedding-threads",
         int,
         0,
         help="threads each worker's local model uses per batch (default: the cores available, at most 4);"
         " idle ones sleep, so workers sharing cores cost little, and one query embeds in less time",
+        shown="the cores available, at most 4",
     )
-    option("--openai-base-url", default="https://api.openai.com/v1")
-    option("--openai-model", default="text-embedding-3-small")
+    option(
+        "--openai-base-url",
+        default="https://api.openai.com/v1",
+        help="for --embedder openai: an OpenAI-compatible /embeddings API (OpenAI, Ollama, vLLM, TEI)",
+    )
+    option("--openai-model", default="text-embedding-3-small", help="for --embedder openai: the model asked for")
     option(
         "--ranking",
         default=DEFAULT_RANKING.value,
@@ -235,6 +280,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         0,
         help="the largest request body the processor reads; larger ones go on unchanged (default: the gRPC"
         " message limit, less 64 KiB)",
+        shown="--max-message-bytes less 64 KiB",
     )
     option(
         "--ext-proc-outcome-header",
@@ -258,7 +304,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         " (10.0.0.0/8) and unix: socket paths; link-local and metadata addresses, the service's own ports"
         " and its database are refused whatever this says (default: loopback only)",
     )
-    option("--log-level", default="INFO")
+    option("--log-level", default="INFO", help="the least severe log lines written: DEBUG, INFO, WARNING, ERROR")
     option(
         "--log-format", default="json", choices=["json", "text"], help="json: one object per line, one line per call"
     )
@@ -268,7 +314,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         0.0,
         help="on SIGTERM, keep serving this long with health NOT_SERVING before refusing new calls",
     )
-    option("--admin-host", default="localhost")
+    option("--admin-host", default="localhost", help="where the metrics endpoint (--admin-port) listens")
     option(
         "--admin-port", int, 9464, help="serves Prometheus metrics at /metrics; 0 picks a free port, -1 turns it off"
     )
@@ -280,11 +326,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
         " behind the same API keys) at http://--console-host:PORT/; 0 picks a free port; -1, the default, turns it off",
     )
     option("--console-host", default="localhost", help="where the console listens (default: this machine only)")
-    option("--tls-cert-file", Path)
-    option("--tls-key-file", Path)
+    option("--tls-cert-file", Path, help="serve TLS with this certificate chain (PEM), with --tls-key-file")
+    option(
+        "--tls-key-file", Path, help="the certificate's private key (PEM); without both, plaintext (as behind a mesh)"
+    )
     option("--tls-client-ca-file", Path, help="require client certificates signed by this CA (mutual TLS)")
-    read_urls = os.environ.get("CONTEXTFOLD_DATABASE_READ_URL", "").split()
-    parser.add_argument(
+    replicas = parser.add_argument(
         "--database-read-url",
         action="append",
         default=None,
@@ -292,6 +339,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         " search, gets and lists go to them; writes, and the reads of a write, to the primary)"
         " ($CONTEXTFOLD_DATABASE_READ_URL: one or several, separated by spaces)",
     )
+    documented(replicas, "CONTEXTFOLD_DATABASE_READ_URL")
     option(
         "--replica-max-lag-seconds",
         float,
@@ -307,6 +355,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         help="calls one namespace may have in flight at once, its share of --max-in-flight (default: a quarter"
         " of it; all of it when the service runs open); more are refused with RESOURCE_EXHAUSTED, the others'"
         " calls untouched",
+        shown="a quarter of --max-in-flight (all of it when open)",
     )
     option(
         "--max-call-seconds",
@@ -327,6 +376,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         0,
         help="database connections one namespace may hold at once, of each worker's 10 (default: 7; all of"
         " them when the service runs open)",
+        shown="`7` (all 10 when open)",
     )
     option(
         "--stream-idle-seconds",
@@ -348,6 +398,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
         DEFAULT_RELOAD_SECONDS,
         help="reread API keys and provider registrations this often, even when no change was announced",
     )
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    parser = option_parser()
+    read_urls = os.environ.get("CONTEXTFOLD_DATABASE_READ_URL", "").split()
     args = parser.parse_args(argv)
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         parser.error("--tls-cert-file and --tls-key-file go together")
