@@ -9,17 +9,26 @@ manifests pass is one the server accepts.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 import yaml
+from contextfold import Client
 from contextfold_server.config import parse_config
 
+from harness.servers import Postgres, start_server
+
 ROOT = Path(__file__).resolve().parent.parent
+# What `kubectl apply -f deploy/kubernetes/` applies (it does not descend into folders), and the examples beside it.
 KUBERNETES = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "deploy" / "kubernetes" / "examples").glob("*.yaml"))
 BIN = Path(sys.executable).parent
 
 
@@ -43,11 +52,77 @@ def test_the_dockerfile_passes_hadolint() -> None:
 @pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
 def test_the_kubernetes_manifests_match_the_api_schemas(version: str) -> None:
     check = subprocess.run(
-        [BIN / "kubernetes-validate", "--strict", "--quiet", "-k", version, *map(str, KUBERNETES)],
+        [BIN / "kubernetes-validate", "--strict", "--quiet", "-k", version, *map(str, KUBERNETES + EXAMPLES)],
         capture_output=True,
         text=True,
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_applying_the_directory_never_overwrites_the_database_secret() -> None:
+    """The Deployment reads the `contextfold-database` secret; the directory `kubectl apply -f` is
+    given holds no Secret (the example's `CHANGE-ME` would replace the operator's real one)."""
+    kinds = {path.name: [document["kind"] for document in documents(path)] for path in KUBERNETES}
+    assert not [name for name, found in kinds.items() if "Secret" in found], kinds
+    container = resources()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    secrets = {item["valueFrom"]["secretKeyRef"]["name"] for item in container["env"] if "valueFrom" in item}
+    example = [document for path in EXAMPLES for document in documents(path) if document["kind"] == "Secret"]
+    assert secrets == {"contextfold-database"} == {document["metadata"]["name"] for document in example}
+
+
+def test_keys_in_a_container_run_as_printed_as_the_schema_owner(tmp_path: Path, fresh_postgres: Postgres) -> None:
+    """The README's `docker run … keys create` line, run as the image runs it (its entry point and
+    its environment; there is no Docker engine here) in the two-role setup: the pod's database URL is
+    a role that owns nothing (which may not touch the keys), the line gives the owner's; the key it
+    prints opens the service."""
+    with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE contextfold_app LOGIN")
+    serving_url = fresh_postgres.url.replace("postgresql://postgres:@", "postgresql://contextfold_app:@")
+    printed = re.search(r"^docker run --rm --entrypoint .*?(?<!\\)$", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert printed, "the README prints how to create a key in a container"
+    words = shlex.split(printed.group(0).replace("\\\n", " "))
+    assert words[:3] == ["docker", "run", "--rm"]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("CONTEXTFOLD_")}
+    # As the Deployment sets it: the requests' role.
+    env["CONTEXTFOLD_DATABASE_URL"] = serving_url
+    rest, entrypoint = words[3:], None
+    while rest[0].startswith("-"):
+        flag, value, rest = rest[0], rest[1], rest[2:]
+        if flag == "--entrypoint":
+            entrypoint = value
+        else:
+            assert flag == "-e", flag
+            name, _, printed_url = value.partition("=")
+            assert name == "CONTEXTFOLD_DATABASE_MIGRATION_URL" and printed_url.startswith("postgresql://")
+            env[name] = fresh_postgres.url
+    image, arguments = rest[0], rest[1:]
+    assert entrypoint == "contextfold" and image.startswith("contextfold:")
+    server = start_server(
+        tmp_path / "server.log", "--database-url", serving_url, "--database-migration-url", fresh_postgres.url
+    )
+    try:
+        # Without the owner's URL, the requests' role is refused, and the command says what it needs.
+        refused = subprocess.run(
+            [BIN / entrypoint, *arguments],
+            cwd=tmp_path,
+            env={name: value for name, value in env.items() if name != "CONTEXTFOLD_DATABASE_MIGRATION_URL"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert "schema owner" in refused.stderr and "CONTEXTFOLD_DATABASE_MIGRATION_URL" in refused.stderr
+        done = subprocess.run(
+            [BIN / entrypoint, *arguments], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        created = json.loads(done.stdout)
+        assert (created["namespace"], created["role"]) == ("acme", "admin")
+        with Client(server.address, api_key=created["key"], timeout=30) as cf:
+            cf.create_store("notes")
+            assert [store.name for store in cf.list_stores()] == ["notes"]
+    finally:
+        assert server.stop() == 0, server.log()
 
 
 def test_the_image_and_the_deployment_configure_a_server_that_starts(monkeypatch) -> None:
