@@ -20,7 +20,7 @@ GO_PACKAGES := golang-go golang-google-grpc-dev golang-google-protobuf-dev golan
 BROWSER_READY := $(VENV)/.browser-installed
 BROWSER_PACKAGES := chromium chromium-driver
 
-.PHONY: install run test console-screenshots proto proto-baseline config-docs lint format bench bench-quick bench-soak mesh-demo clean
+.PHONY: install run test console-screenshots dist proto proto-baseline config-docs lint format bench bench-quick bench-soak mesh-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,13 @@ run: $(SERVER_READY)
 ## console's in a headless Chromium, included). The console's screenshots land in build/artifacts/console.
 test: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## dist: the Python wheels (client, server) and the TypeScript client's npm tarball, versioned alike, in dist/.
+dist: $(DEV_READY) $(TS_READY)
+	rm -rf dist && mkdir -p dist
+	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w dist ./client/python .
+	cd $(TS) && npm pack --silent --pack-destination ../../dist >/dev/null
+	@ls dist
 
 ## console-screenshots: the console's browser tests, their screenshots written into docs/console (docs/console.md).
 console-screenshots: $(DEV_READY) $(BROWSER_READY)
