@@ -16,6 +16,9 @@ GO_READY := $(VENV)/.go-installed
 # generated code).
 GO_PACKAGES := golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-google-genproto-dev \
 	golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
+# Stubs for another language, generated offline as the README prints (Java: protoc's own generator, gRPC's plugin).
+STUBS_READY := $(VENV)/.stubs-installed
+STUBS_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin
 # The console's browser tests: Debian's Chromium, headless, driven by its chromedriver.
 BROWSER_READY := $(VENV)/.browser-installed
 BROWSER_PACKAGES := chromium chromium-driver
@@ -64,7 +67,10 @@ $(GO_READY): $(BIN)/python
 $(BROWSER_READY): $(BIN)/python
 	$(call apt_install,$(BROWSER_PACKAGES),the console's browser tests)
 
-install: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY)
+$(STUBS_READY): $(BIN)/python
+	$(call apt_install,$(STUBS_PACKAGES),the README's Java stubs)
+
+install: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY) $(STUBS_READY)
 
 ## run: start the server on localhost:50051 (embedded Postgres, local model), open: no API keys
 ## (--auth none; ARGS="--auth keys" to require them). ARGS="--port 6000" to change the port.
@@ -73,7 +79,7 @@ run: $(SERVER_READY)
 
 ## test: the whole suite against real servers, Postgres and the model (TypeScript's and Go's tests, and the
 ## console's in a headless Chromium, included). The console's screenshots land in build/artifacts/console.
-test: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY)
+test: $(DEV_READY) $(TS_READY) $(GO_READY) $(BROWSER_READY) $(STUBS_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## dist: the Python wheels (client, server) and the TypeScript client's npm tarball, versioned alike, in dist/.

@@ -45,6 +45,13 @@ def gopath_env(gopath: Path) -> dict[str, str]:
     }
 
 
+def makefile_go_packages() -> list[str]:
+    """The Makefile's GO_PACKAGES, the Debian packages `make test` installs for the Go client."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    (line,) = re.findall(r"^GO_PACKAGES := (.+)$", text, re.M)
+    return line.split()
+
+
 def go(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     done = subprocess.run(
         ["go", *args], cwd=GO_CLIENT, env=env, capture_output=True, text=True, timeout=timeout
@@ -103,9 +110,13 @@ def test_the_readmes_go_example_runs_as_printed_and_prints_what_typescript_and_p
     text = section("From any language")
     assert blocks(text, "go")[0] == (GO_CLIENT / "examples" / "inject" / "main.go").read_text()
     (command,) = [block for block in blocks(text, "sh") if "go run" in block]
+    # The packages it installs are the ones `make test` installs.
+    printed = re.search(r'^GO_PACKAGES="([^"]+)"$', command, re.M)
+    assert printed and set(printed.group(1).split()) <= set(makefile_go_packages()), command
+    # As printed, from the checkout: its GOPATH is the checkout's own (build/gopath).
     run = subprocess.run(
-        ["bash", "-euc", command.replace("/tmp/contextfold-go", str(tmp_path / "gopath"))],
-        cwd=ROOT, env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
+        ["bash", "-euc", command],
+        cwd=ROOT, env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address, "GOPATH": "", "GO111MODULE": ""},
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr

@@ -72,9 +72,7 @@ def test_from_any_language_typescript_and_python_run_as_printed_and_print_the_sa
 
 def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
     text = section("From any language")
-    (command,) = [
-        block.replace("localhost:50051", server.address) for block in blocks(text, "sh") if "buf curl" in block
-    ]
+    (command,) = [block for block in blocks(text, "sh") if "buf curl" in block]
     subprocess.run(
         [sys.executable, str(ROOT / "examples" / "inject.py")],
         check=True,
@@ -88,7 +86,12 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        # As printed: buf on the PATH (pip's buf-bin), the address from the clients' variable.
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "CONTEXTFOLD_ADDRESS": server.address,
+        },
     )
 
     assert done.returncode == 0, done.stderr
@@ -99,3 +102,28 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
 
 def test_keeping_memory_right_runs_as_printed_and_prints_what_the_readme_shows(server) -> None:
     assert_runs_as_printed(section("Keeping memory right"), ROOT / "examples" / "lifecycle.py", server)
+
+
+def test_stubs_for_another_language_generate_offline_as_printed(tmp_path: Path) -> None:
+    """The Java template and commands, as printed, in a folder laid out as the checkout (its protos):
+    offline, from Debian's protoc and gRPC's Java plugin, every service gets its stub."""
+    text = section("Stubs for any other language")
+    (template,) = blocks(text, "yaml")
+    (command,) = [block for block in blocks(text, "sh") if "buf generate" in block]
+    (tmp_path / "protos").symlink_to(ROOT / "protos")
+    (tmp_path / "java.gen.yaml").write_text(template)
+    done = subprocess.run(
+        ["bash", "-euc", command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    generated = tmp_path / "build" / "java" / "dev" / "contextfold" / "v1"
+    services = {path.name for path in generated.glob("*Grpc.java")}
+    assert services == {
+        f"{name}Grpc.java" for name in ("InjectionService", "MemoryService", "ProviderService", "ContextProvider")
+    }
+    assert (generated / "InjectRequest.java").exists()
