@@ -71,15 +71,17 @@ def test_applying_the_directory_never_overwrites_the_database_secret() -> None:
 
 
 def test_keys_in_a_container_run_as_printed_as_the_schema_owner(tmp_path: Path, fresh_postgres: Postgres) -> None:
-    """The README's `docker run … keys create` line, run as the image runs it (its entry point and
+    """The deploy page's `docker run … keys create` line, run as the image runs it (its entry point and
     its environment; there is no Docker engine here) in the two-role setup: the pod's database URL is
     a role that owns nothing (which may not touch the keys), the line gives the owner's; the key it
     prints opens the service."""
     with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
         conn.execute("CREATE ROLE contextfold_app LOGIN")
     serving_url = fresh_postgres.url.replace("postgresql://postgres:@", "postgresql://contextfold_app:@")
-    printed = re.search(r"^docker run --rm --entrypoint .*?(?<!\\)$", (ROOT / "README.md").read_text(), re.M | re.S)
-    assert printed, "the README prints how to create a key in a container"
+    printed = re.search(
+        r"^docker run --rm --entrypoint .*?(?<!\\)$", (ROOT / "docs" / "deploy.md").read_text(), re.M | re.S
+    )
+    assert printed, "the deploy page prints how to create a key in a container"
     words = shlex.split(printed.group(0).replace("\\\n", " "))
     assert words[:3] == ["docker", "run", "--rm"]
     env = {name: value for name, value in os.environ.items() if not name.startswith("CONTEXTFOLD_")}

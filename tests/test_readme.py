@@ -1,4 +1,4 @@
-"""The README's examples run as printed, and print what the README shows."""
+"""The README's and the docs' examples run as printed, and print what the pages show."""
 
 from __future__ import annotations
 
@@ -11,10 +11,38 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = {path: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
 
 
 def section(title: str) -> str:
-    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    """The section of that title, on whichever page (the README or one in docs/) holds it."""
+    (text,) = [page for page in PAGES.values() if re.search(rf"^#+ {re.escape(title)}\n", page, re.M)]
+    return re.split(rf"^#+ {re.escape(title)}\n", text, maxsplit=1, flags=re.M)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_is_short_and_links_every_page() -> None:
+    """A newcomer's page (what it is, the two commands, five minutes with it, where to go next); the
+    manual is in docs/, every page of it linked from the README."""
+    assert len(README.splitlines()) <= 250
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", README))
+    assert linked == {path.name for path in (ROOT / "docs").glob("*.md")}
+
+
+def test_every_link_between_the_pages_reaches_a_file_and_a_heading() -> None:
+    def anchors(text: str) -> set[str]:
+        titles = re.findall(r"^#{1,4} (.+)$", text, re.M)
+        return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
+
+    broken = []
+    for path, text in PAGES.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            reached = (path.parent / file).resolve() if file else path
+            if not reached.exists() or (anchor and anchor not in anchors(reached.read_text())):
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken, broken
 
 
 def blocks(text: str, language: str) -> list[str]:

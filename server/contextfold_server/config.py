@@ -205,7 +205,7 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         "--ranking",
         default=DEFAULT_RANKING.value,
         choices=[ranking.value for ranking in Ranking],
-        help="how results are ranked when a request does not say (the README compares the strategies)",
+        help="how results are ranked when a request does not say (docs/injection.md compares the strategies)",
     )
     option(
         "--reranker-url",

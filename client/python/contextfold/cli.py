@@ -148,7 +148,8 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
 
 
 def _filter(args: argparse.Namespace) -> dict[str, Any] | None:
-    """`--filter`: a JSON object, as the Python client's `filter` reads (README: Filters)."""
+    """`--filter`: a JSON object, as the Python client's `filter` reads (docs/lifecycle.md, "Filter by
+    metadata and time")."""
     if not args.filter:
         return None
     value = json.loads(args.filter)
@@ -391,7 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for filtered in (search, listing, erase, export):
         filtered.add_argument(
-            "--filter", default="", help='a JSON object: {"topic": "food", "rating": {"gte": 3}} (README: Filters)'
+            "--filter",
+            default="",
+            help='a JSON object: {"topic": "food", "rating": {"gte": 3}} (docs/lifecycle.md: filters)',
         )
 
     providers = commands.add_parser("providers", help="register, list, update and delete context providers")

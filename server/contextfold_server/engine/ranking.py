@@ -11,7 +11,7 @@ carry what an embedding blurs, so the default adds the share of the query's
 words an entry holds (BM25, rare words weighing more), and an entry written
 beside a strong match in one session (a reply to the question that names what it
 answers) rises toward it. bench/retrieval.py measures every strategy on labelled
-sets of our own, bench/locomo.py on long real conversations; the README has the
+sets of our own, bench/locomo.py on long real conversations; docs/injection.md has the
 tables the default was chosen from.
 
 These are pure functions over candidates already fetched: the search fetches
