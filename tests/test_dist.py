@@ -71,6 +71,14 @@ def venv(path: Path, *requirements: str | Path) -> Path:
     return path / "bin" / "python"
 
 
+def assert_injects(python: Path, address: str, store: str, cwd: Path) -> None:
+    """`python`'s client adds an entry to a new `store` on the server at `address`, and injects it."""
+    found = json.loads(
+        run([python, "-c", INJECT_PY, store], cwd=cwd, env=clean_environment(CONTEXTFOLD_ADDRESS=address))
+    )
+    assert found["injected"] == [found["added"]]
+
+
 @pytest.fixture(scope="module")
 def artifacts() -> Iterator[Path]:
     run(["make", "dist"], cwd=ROOT)
@@ -92,14 +100,7 @@ def test_the_client_wheel_alone_injects(artifacts: Path, server: ServerProcess, 
     names = {package["name"].lower() for package in json.loads(installed)}
     # The client stays light: grpcio and protobuf, nothing of the server's.
     assert "contextfold-server" not in names and {"grpcio", "protobuf", "contextfold"} <= names
-    found = json.loads(
-        run(
-            [python, "-c", INJECT_PY, "dist-python"],
-            cwd=tmp_path,
-            env=clean_environment(CONTEXTFOLD_ADDRESS=server.address),
-        )
-    )
-    assert found["injected"] == [found["added"]]
+    assert_injects(python, server.address, "dist-python", tmp_path)
 
 
 def test_the_server_wheel_serves_on_its_own(artifacts: Path, tmp_path: Path) -> None:
@@ -118,14 +119,7 @@ def test_the_server_wheel_serves_on_its_own(artifacts: Path, tmp_path: Path) -> 
         timeout=300,
     )
     try:
-        found = json.loads(
-            run(
-                [python, "-c", INJECT_PY, "dist-server"],
-                cwd=tmp_path,
-                env=clean_environment(CONTEXTFOLD_ADDRESS=started.address),
-            )
-        )
-        assert found["injected"] == [found["added"]]
+        assert_injects(python, started.address, "dist-server", tmp_path)
         assert (tmp_path / "models").is_dir(), "the server built its own model export"
     finally:
         assert started.stop() == 0, started.log()

@@ -20,6 +20,20 @@ def section(title: str) -> str:
     return re.split(rf"^#+ {re.escape(title)}\n", text, maxsplit=1, flags=re.M)[1].split("\n## ", 1)[0]
 
 
+def run_printed(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """A page's shell block, as printed, with the environment's tools (buf among them) on the PATH."""
+    done = subprocess.run(
+        ["bash", "-euc", command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_the_readme_is_short_and_links_every_page() -> None:
     """A newcomer's page (what it is, the two commands, five minutes with it, where to go next); the
     manual is in docs/, every page of it linked from the README."""
@@ -108,21 +122,8 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
         env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
     )
 
-    done = subprocess.run(
-        ["bash", "-c", command],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        # As printed: buf on the PATH (pip's buf-bin), the address from the clients' variable.
-        env={
-            **os.environ,
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "CONTEXTFOLD_ADDRESS": server.address,
-        },
-    )
-
-    assert done.returncode == 0, done.stderr
+    # As printed: buf on the PATH (pip's buf-bin), the address from the clients' variable.
+    done = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address)
     response = json.loads(done.stdout)
     assert response["messages"] == json.loads(blocks(text, "json")[0])["messages"]
     assert [entry["id"] for entry in response["report"]["entries"]] == ["ada-theme"]
@@ -140,15 +141,7 @@ def test_stubs_for_another_language_generate_offline_as_printed(tmp_path: Path) 
     (command,) = [block for block in blocks(text, "sh") if "buf generate" in block]
     (tmp_path / "protos").symlink_to(ROOT / "protos")
     (tmp_path / "java.gen.yaml").write_text(template)
-    done = subprocess.run(
-        ["bash", "-euc", command],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-    )
-    assert done.returncode == 0, done.stderr
+    run_printed(command, tmp_path)
     generated = tmp_path / "build" / "java" / "dev" / "contextfold" / "v1"
     services = {path.name for path in generated.glob("*Grpc.java")}
     assert services == {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -9,8 +10,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import psutil
 import pytest
 from contextfold import Client
+from contextfold.errors import Unavailable
 from contextfold.v1 import injection_pb2
 
 from harness.messages import user
@@ -102,3 +105,46 @@ def test_a_template_cut_off_by_the_callers_deadline_fails_open_before_it(tenants
     _, result = inject(tenants.server.address, tenants.bystander, OVERRUNNING, 0.6)
     assert not result.injected and result.report.skip_reason == SKIP.SKIP_REASON_TIMEOUT
     assert "the caller's deadline came" in result.report.detail
+
+
+def sandbox_workers(server: ServerProcess) -> list[psutil.Process]:
+    return [
+        process
+        for process in psutil.Process(server.process.pid).children(recursive=True)
+        if "contextfold_server.customize.worker" in " ".join(process.cmdline())
+    ]
+
+
+def test_a_check_the_machine_kept_from_running_is_no_verdict_on_the_expression(tenants: Tenants) -> None:
+    """A sandbox worker that gets no CPU (here it is stopped, as a machine too busy would leave it) runs
+    past the time limit without running: that says nothing of the expression. Its registration is told
+    to retry (UNAVAILABLE), never that a valid expression is invalid; an Inject with it goes on."""
+    workers = sandbox_workers(tenants.server)
+    assert workers
+    for worker in workers:
+        worker.suspend()
+    try:
+        with Client(tenants.server.address, api_key=tenants.bystander, timeout=30) as cf:
+            with pytest.raises(Unavailable) as refused:
+                cf.register_provider("stalled", "127.0.0.1:9", trigger_expression="size(messages) > 7")
+            assert refused.value.reason == "SANDBOX_FAILED" and "the machine is busy" in str(refused.value)
+            result = cf.inject(
+                [user("what do I drink?")],
+                stores=["facts"],
+                query_vector=VECTOR,
+                trigger_expression="size(messages) > 8",
+                timeout=10,
+            )
+            assert result.report.sources, "the Inject went on, with its report"
+    finally:
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.resume()
+    with Client(tenants.server.address, api_key=tenants.bystander, timeout=30) as cf:
+        # Once the sandbox runs again, the same expression is checked, and stored.
+        wait_for(
+            lambda: cf.register_provider("stalled", "127.0.0.1:9", trigger_expression="size(messages) > 7"),
+            20,
+            what="the registration to be checked",
+            retrying=(Unavailable,),
+        )

@@ -104,7 +104,8 @@ class Sandbox:
         """Why a `trigger` or `query` expression, or a `format` template, does not compile; None when it
         does. Raises `SandboxTimeout` when the caller's time (`within` seconds) ran out before it could
         be told (one that compiles for longer than the sandbox's time limit does not compile), and
-        `SandboxFailed` when the sandbox could not tell (its worker died)."""
+        `SandboxFailed` when the sandbox could not tell (its worker died, or the machine's load kept
+        it from running for half its time limit: wall time alone says nothing of the source)."""
         key = (kind, hashlib.sha256(source.encode()).digest())
         if key in self._compiled:
             self._compiled.move_to_end(key)
@@ -143,6 +144,7 @@ class Sandbox:
         limit = self.time_limit if deadline is None else min(self.time_limit, deadline - loop.time())
         answered = False
         retired = False
+        ran_before = _cpu_seconds(worker.pid)
         try:
             async with asyncio.timeout(limit):
                 to_worker, from_worker = _pipes(worker)
@@ -155,6 +157,14 @@ class Sandbox:
             if limit < self.time_limit:
                 raise SandboxTimeout(
                     f"the caller's deadline came after {limit * 1000:.0f} ms of running", True
+                ) from None
+            ran_after = _cpu_seconds(worker.pid)
+            ran = None if ran_before is None or ran_after is None else ran_after - ran_before
+            if ran is not None and ran < self.time_limit / 2:
+                # The worker hardly ran in that time: the machine was busy, not the source slow. No
+                # verdict on the source (an expression is not refused for the server's load).
+                raise SandboxFailed(
+                    f"had {ran * 1000:.0f} ms of CPU in its {self.time_limit * 1000:.0f} ms: the machine is busy"
                 ) from None
             raise SandboxTimeout(f"ran past its time limit of {self.time_limit * 1000:.0f} ms", False) from None
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as error:
@@ -242,6 +252,17 @@ class _FairShare:
             waiters.remove(waiter)
             if not waiters:
                 del self._waiting[tenant]
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system) process `pid` has used, from /proc: one small read. None when
+    it cannot be read (the process is gone, or there is no /proc): that run is judged by wall time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _pipes(worker: asyncio.subprocess.Process) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:
