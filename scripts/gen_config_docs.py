@@ -27,8 +27,8 @@ stale): do not edit it by hand. `contextfold serve --help` prints the same.
 Every option has an environment variable of its own, read when the option is not given, so a
 container is configured by its environment alone. Secrets come from the environment only (an
 option would show in `ps`): they are listed last. The other commands (`contextfold keys`,
-`contextfold tenants`) take the database's URL from `--database-url` or
-`CONTEXTFOLD_DATABASE_URL`; each has its own `--help`.
+`contextfold tenants`) act as the schema owner: `--database-url`, else
+`CONTEXTFOLD_DATABASE_MIGRATION_URL`, else `CONTEXTFOLD_DATABASE_URL`; each has its own `--help`.
 """
 
 
@@ -62,8 +62,8 @@ def render() -> str:
         if variable is None:
             continue
         flags = ", ".join(f"`{flag}`" for flag in action.option_strings)
-        if action.nargs == 0 or isinstance(action, argparse._AppendAction):
-            flags += " (repeatable)" if isinstance(action, argparse._AppendAction) else ""
+        if isinstance(action, argparse._AppendAction):
+            flags += " (repeatable)"
         rows.append(f"| {flags} | `{variable}` | {_cell(_default(action))} | {_cell(_help(action))} |")
     secrets = ["| environment only | what it is |", "| --- | --- |"]
     secrets += [f"| `{name}` | {_cell(what)} |" for name, what in ENVIRONMENT_ONLY.items()]

@@ -20,7 +20,7 @@ from contextfold.errors import Unauthenticated
 from harness.polling import wait_for
 from harness.servers import ROOT, Postgres, ServerProcess, start_server
 
-from .test_readme import blocks, section
+from .test_readme import blocks, run_printed, section
 from .test_tenancy import keys
 
 GO_CLIENT = ROOT / "client" / "go"
@@ -105,7 +105,7 @@ def test_the_go_tests_pass_against_live_servers(
 
 
 def test_the_readmes_go_example_runs_as_printed_and_prints_what_typescript_and_python_print(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess,
 ) -> None:
     text = section("From any language")
     assert blocks(text, "go")[0] == (GO_CLIENT / "examples" / "inject" / "main.go").read_text()
@@ -114,10 +114,5 @@ def test_the_readmes_go_example_runs_as_printed_and_prints_what_typescript_and_p
     printed = re.search(r'^GO_PACKAGES="([^"]+)"$', command, re.M)
     assert printed and set(printed.group(1).split()) <= set(makefile_go_packages()), command
     # As printed, from the checkout: its GOPATH is the checkout's own (build/gopath).
-    run = subprocess.run(
-        ["bash", "-euc", command],
-        cwd=ROOT, env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address, "GOPATH": "", "GO111MODULE": ""},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    run = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address, GOPATH="", GO111MODULE="")
     assert run.stdout == blocks(text, "text")[0]

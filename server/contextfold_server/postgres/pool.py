@@ -53,6 +53,11 @@ def settings_statement(count: int) -> str:
     return "SELECT " + ", ".join(["set_config(%s, %s, true)"] * count)
 
 
+async def _set_all(conn: Connection, settings: Mapping[str, str]) -> None:
+    """Queue the statement setting each of `settings` for the rest of the transaction."""
+    await conn.execute(settings_statement(len(settings)), list(itertools.chain(*settings.items())))
+
+
 @dataclass(frozen=True)
 class PoolLimits:
     """What one call's database work may take: each statement at most `statement_seconds` (and never
@@ -147,8 +152,7 @@ class Database:
                         settings = self._acting_for(namespace) if index == 0 else {}
                         settings.update(read.settings or {})
                         if settings:
-                            named = list(itertools.chain(*settings.items()))
-                            await conn.execute(settings_statement(len(settings)), named)
+                            await _set_all(conn, settings)
                         cursors.append(await conn.execute(read.query, read.params))
                     await pipeline.sync()
                     return [await cursor.fetchall() for cursor in cursors]
@@ -159,8 +163,7 @@ class Database:
         """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends, with
         its statements' time limit: the server's longest, or what the call's deadline leaves."""
         await conn.execute("BEGIN")
-        settings = self._acting_for(namespace)
-        await conn.execute(settings_statement(len(settings)), list(itertools.chain(*settings.items())))
+        await _set_all(conn, self._acting_for(namespace))
 
     def _acting_for(self, namespace: str) -> dict[str, str]:
         """A transaction's settings acting for `namespace`: the namespace row-level security reads, and
