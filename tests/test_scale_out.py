@@ -23,7 +23,7 @@ from contextfold import Client
 
 from harness.messages import unique, user
 from harness.polling import wait_for
-from harness.servers import Postgres, ServerProcess, start_server
+from harness.servers import Postgres, ServerProcess, free_port, start_server
 
 
 def nginx_binary(cache: Path) -> Path:
@@ -37,12 +37,6 @@ def nginx_binary(cache: Path) -> Path:
         (package,) = cache.glob("nginx_*.deb")
         subprocess.run(["dpkg", "-x", str(package), str(cache / "root")], check=True, timeout=60)
     return unpacked
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 NGINX_CONF = """

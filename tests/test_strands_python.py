@@ -23,6 +23,7 @@ from strands.memory import InvocationTrigger, MemoryManager, ModelExtractor
 from harness.messages import unique
 from harness.polling import wait_for
 from harness.relay import relayed
+from harness.servers import free_port
 from harness.strands_model import ScriptedModel
 
 
@@ -288,12 +289,6 @@ def silent_port() -> Any:
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
         yield listener.getsockname()[1]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize("service", ["down", "hanging"])
