@@ -8,9 +8,7 @@ providers registered here are asked by no other test.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +24,9 @@ from contextfold.v1 import injection_pb2
 
 from harness.messages import assistant, user
 from harness.polling import wait_for
-from harness.servers import Postgres, ServerProcess, provider_fixtures, serving, start_server, terminate
+from harness.servers import Postgres, ServerProcess, free_port, provider_fixtures, serving, start_server, terminate
+
+from .pages import listening, printed, replacing, running_printed
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = "localhost,127.0.0.0/8,::1/128,*.internal,unix:/tmp/contextfold-providers/*"
@@ -465,28 +465,18 @@ def test_providers_answer_while_the_database_is_down_and_registrations_flow_agai
 def test_a_provider_written_in_typescript_contributes_to_an_inject_from_python(
     cf: Client, register, typescript_package: Path
 ) -> None:
-    """Both directions of the polyglot claim: a TypeScript provider, asked for an Inject issued from Python."""
-    # Its own session, so stopping it stops node under tsx too.
-    process = subprocess.Popen(
-        [str(typescript_package / "node_modules" / ".bin" / "tsx"), "examples/clock-provider.ts", "127.0.0.1:0"],
-        cwd=typescript_package,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        port = int(re.fullmatch(r"provider serving on port (\d+)\n", process.stdout.readline()).group(1))
+    """Both directions of the polyglot claim: a TypeScript provider, asked for an Inject issued from Python.
+    The provider is the providers page's, started as printed on a free port."""
+    port = free_port()
+    command = replacing(printed("docs/providers.md", "clock-provider.ts"), {"127.0.0.1:50063": f"127.0.0.1:{port}"})
+    with running_printed(command, ROOT, listening(port)):
         register("clock-ts", f"127.0.0.1:{port}", timeout=5)
-
         result = cf.inject([user("what time is it?")], max_entries=0, providers=["clock-ts"])
 
-        ((source, text),) = injected_blocks(result)
-        assert source == "clock-ts"
-        stamp = re.fullmatch(r'\n\n<now turns="1">(.+)</now>', text).group(1)
-        assert abs((datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()) < 60
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(10)
+    ((source, text),) = injected_blocks(result)
+    assert source == "clock-ts"
+    stamp = re.fullmatch(r'\n\n<now turns="1">(.+)</now>', text).group(1)
+    assert abs((datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()) < 60
 
 
 def test_a_provider_can_be_triggered_by_a_cel_expression(cf: Client, register, ports) -> None:

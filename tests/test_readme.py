@@ -40,23 +40,19 @@ def test_every_link_between_the_pages_reaches_a_file_and_a_heading() -> None:
     assert not broken, broken
 
 
-def assert_runs_as_printed(text: str, example: Path, server) -> None:
-    """The section's first Python block is the example, and running it prints the section's first text block."""
+def assert_runs_as_printed(text: str, example: Path, command: str, server) -> None:
+    """The section's first Python block is the example, and its command, run as printed, prints the
+    section's first text block."""
     assert blocks(text, "python")[0] == example.read_text()
-    run = subprocess.run(
-        [sys.executable, str(example)],
-        env={**os.environ, "CONTEXTFOLD_ADDRESS": server.address},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
+    assert str(example.relative_to(ROOT)) in command
+    run = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address)
     assert run.stdout == blocks(text, "text")[0]
 
 
 def test_the_customize_section_shows_the_example_and_exactly_what_it_prints(server) -> None:
     customize = section("Customize")
-    assert_runs_as_printed(customize, ROOT / "examples" / "customize.py", server)
+    command = printed("docs/customize.md", "examples/customize.py")
+    assert_runs_as_printed(customize, ROOT / "examples" / "customize.py", command, server)
 
 
 def test_from_any_language_typescript_and_python_run_as_printed_and_print_the_same(
@@ -101,7 +97,8 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server, tmp_path:
 
 
 def test_keeping_memory_right_runs_as_printed_and_prints_what_the_readme_shows(server) -> None:
-    assert_runs_as_printed(section("Keeping memory right"), ROOT / "examples" / "lifecycle.py", server)
+    command = printed("docs/lifecycle.md", "examples/lifecycle.py")
+    assert_runs_as_printed(section("Keeping memory right"), ROOT / "examples" / "lifecycle.py", command, server)
 
 
 def test_stubs_for_another_language_generate_offline_as_printed(tmp_path: Path) -> None:
