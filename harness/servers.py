@@ -23,6 +23,7 @@ import psycopg
 from contextfold_server.postgres.embedded import EmbeddedPostgres
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from . import shell
 from .polling import wait_for
 
 READY = re.compile(r"serving on [^:]+:(\d+)")
@@ -144,32 +145,22 @@ def serving_printed(command: str, root: Path, timeout: float = 180.0) -> Iterato
     signal to its process group: make and the server), and checked to have stopped cleanly."""
     log_path = root / "server.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen(
-            ["bash", "-euc", command],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={
-                **os.environ,
-                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                "CONTEXTFOLD_DATA_DIR": str(root / "pgdata"),
-                "CONTEXTFOLD_PORT": "0",
-                "CONTEXTFOLD_ADMIN_PORT": "0",
-                "CONTEXTFOLD_WORKERS": "1",
-                "HF_HUB_OFFLINE": "1",
-            },
+        process = shell.start(
+            command,
+            ROOT,
+            log,
+            subprocess.STDOUT,
+            CONTEXTFOLD_DATA_DIR=str(root / "pgdata"),
+            CONTEXTFOLD_PORT="0",
+            CONTEXTFOLD_ADMIN_PORT="0",
+            CONTEXTFOLD_WORKERS="1",
+            HF_HUB_OFFLINE="1",
         )
     server = awaiting(process, log_path, timeout)
     try:
         yield server
     finally:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(60)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        shell.stop_group(process, signal.SIGINT, timeout=60)
         assert '"message": "stopped"' in server.log(), server.log()
         assert "Traceback" not in server.log(), server.log()
 

@@ -9,19 +9,16 @@ by one, or to a reason it cannot be run here (`NOT_RUN` there).
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness.polling import wait_for
+from harness.shell import start, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {
@@ -60,21 +57,12 @@ def replacing(command: str, replacements: dict[str, str]) -> str:
     return command
 
 
-def environment(**env: str) -> dict[str, str]:
-    """The tests' environment with this environment's tools (contextfold, buf, pip's) on the PATH, as
-    `make install` leaves a shell with `.venv/bin` first, and `env` over it."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
-
-
 def run_printed(command: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
     """A page's shell block, as printed, run by bash (stopping at the first command that fails); what it
     printed. Whatever it left running in the background (`… &`) is stopped when it ends: the block runs in
     a process group of its own, signalled whole."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(
-            ["bash", "-euc", command], cwd=cwd, stdout=out, stderr=err, text=True, env=environment(**env),
-            start_new_session=True,
-        )  # fmt: skip
+        process = start(command, cwd, out, err, **env)
         try:
             process.wait(timeout)
         finally:
@@ -86,33 +74,12 @@ def run_printed(command: str, cwd: Path, timeout: float = 300, **env: str) -> su
     return done
 
 
-def stop_group(leader: subprocess.Popen, timeout: float = 30.0) -> None:
-    """SIGTERM to the process group `leader` leads (what its shell started is in it), waiting up to
-    `timeout` for all of it to end; SIGKILL to what is left."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(leader.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        leader.poll()  # reaped, the leader leaves the group
-        try:
-            os.killpg(leader.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(leader.pid, signal.SIGKILL)
-    leader.wait()
-
-
 @contextlib.contextmanager
 def running_printed(command: str, cwd: Path, ready: Callable[[], object], **env: str) -> Iterator[subprocess.Popen]:
     """A page's block that starts something to keep running ("in a terminal of its own"), run by bash as
     printed until `ready()` is true; stopped whole after."""
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(
-            ["bash", "-euc", command], cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=environment(**env),
-            start_new_session=True,
-        )  # fmt: skip
+        process = start(command, cwd, log, subprocess.STDOUT, **env)
         try:
 
             def started() -> object:

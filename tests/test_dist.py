@@ -67,10 +67,19 @@ def clean_environment(**extra: str) -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if not name.startswith(dropped)} | extra
 
 
+def empty_venv(path: Path) -> Path:
+    """A new virtual environment holding nothing but pip: its bin folder, to put first on the PATH."""
+    run([sys.executable, "-m", "venv", path], cwd=ROOT)
+    return path / "bin"
+
+
+def first_on_path(bin_dir: Path) -> str:
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
 def venv(path: Path, *requirements: str | Path) -> Path:
     """A clean virtual environment at `path` holding `requirements`: its python."""
-    run([sys.executable, "-m", "venv", path], cwd=ROOT)
-    pip = [path / "bin" / "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip = [empty_venv(path) / "pip", "install", "--quiet", "--disable-pip-version-check"]
     run([*pip, *requirements], cwd=path, env=clean_environment())
     return path / "bin" / "python"
 
@@ -125,16 +134,6 @@ def assert_serves_on_its_own(bin_dir: Path, tmp_path: Path, store: str) -> None:
         assert (tmp_path / "models").is_dir(), "the server built its own model export"
     finally:
         assert started.stop() == 0, started.log()
-
-
-def empty_venv(path: Path) -> Path:
-    """A new virtual environment holding nothing but pip: its bin folder, to put first on the PATH."""
-    run([sys.executable, "-m", "venv", path], cwd=ROOT)
-    return path / "bin"
-
-
-def first_on_path(bin_dir: Path) -> str:
-    return f"{bin_dir}:{os.environ['PATH']}"
 
 
 def test_the_server_wheel_serves_on_its_own(artifacts: Path, tmp_path: Path) -> None:

@@ -34,9 +34,10 @@ from strands.tools.mcp import MCPClient
 from harness.messages import unique
 from harness.polling import wait_for
 from harness.servers import ROOT, Postgres, ServerProcess, free_port, start_server
+from harness.shell import environment
 from harness.strands_model import ScriptedModel
 
-from .pages import environment, listening, printed, replacing, running_printed
+from .pages import listening, printed, replacing, running_printed
 from .test_tenancy import keys
 
 TOOLS = {"recall", "remember", "update_memory", "forget", "list_stores"}

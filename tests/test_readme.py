@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .pages import PAGES, ROOT, blocks, printed, run_printed, section
+from .test_dist import empty_venv, first_on_path
 
 README = PAGES["README.md"]
 
@@ -86,10 +87,10 @@ def test_from_any_language_the_reflection_call_runs_as_printed(server, tmp_path:
 
     # As printed: buf alone, installed by the page's line into a clean venv first on the PATH, and the
     # address from the clients' variable.
-    subprocess.run([sys.executable, "-m", "venv", tmp_path / "buf"], check=True)
-    path = f"{tmp_path / 'buf' / 'bin'}:{os.environ['PATH']}"
+    bin_dir = empty_venv(tmp_path / "buf")
+    path = first_on_path(bin_dir)
     run_printed(printed("docs/clients.md", "pip install buf-bin"), tmp_path, PATH=path)
-    assert (tmp_path / "buf" / "bin" / "buf").exists()
+    assert (bin_dir / "buf").exists()
     done = run_printed(command, ROOT, CONTEXTFOLD_ADDRESS=server.address, PATH=path)
     response = json.loads(done.stdout)
     assert response["messages"] == json.loads(blocks(text, "json")[0])["messages"]
