@@ -117,9 +117,11 @@ bench: $(BENCH_READY)
 mesh-demo: $(DEV_READY)
 	$(BIN)/python examples/mesh.py
 
-## bench-quick: Inject against its floor at 10,000 entries, in about a minute (CI runs it; no pass/fail on timing).
+## bench-quick: Inject against its floor at 10,000 entries, and one tenant's Inject beside another's three heaviest
+## floods, in about three minutes (CI runs it; no pass/fail on timing).
 bench-quick: $(DEV_READY)
 	$(BIN)/python -m bench.inject --quick
+	$(BIN)/python -m bench.tenants --quick
 
 ## bench-soak: the server's resident memory over 10 minutes of steady mixed calls (SOAK_SECONDS=600 to change).
 bench-soak: $(DEV_READY)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from contextfold_server.embedding.batching import BatchingEmbedder
+from contextfold_server.embedding.batching import BatchingEmbedder, BatchPolicy, Lane
 from contextfold_server.embedding.local import LocalEmbedder, exported_model, packaged_weights
 
 # Short and long, plain and not: what the model meets in memories and questions.
@@ -86,25 +86,38 @@ def test_concurrent_texts_share_model_calls_and_get_their_own_vectors(model: Loc
     asyncio.run(run())
 
 
+class RecordingModel:
+    """A stand-in for the model: a text's tokens are its words, a batch takes a while, and each batch it was
+    given is recorded."""
+
+    name, dimension = "recording", 2
+
+    def __init__(self, fails_first: bool = False) -> None:
+        self.batches: list[list[str]] = []
+        self._fails = fails_first
+
+    async def token_counts(self, texts: list[str]) -> list[int]:
+        return [len(text.split()) or 1 for text in texts]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(list(texts))
+        await asyncio.sleep(0.02)
+        if self._fails:
+            self._fails = False
+            raise ConnectionError("the embedding service went away")
+        return [[float(len(text)), 1.0] for text in texts]
+
+    async def close(self) -> None:
+        pass
+
+
+def words(count: int, tag: str) -> str:
+    return " ".join([tag, *(["word"] * (count - 1))])
+
+
 def test_a_failing_model_fails_every_caller_in_the_batch_and_the_next_batch_works() -> None:
-    class Flaky:
-        name, dimension = "flaky", 2
-
-        def __init__(self) -> None:
-            self.calls = 0
-
-        async def embed(self, texts: list[str]) -> list[list[float]]:
-            self.calls += 1
-            await asyncio.sleep(0.01)
-            if self.calls == 1:
-                raise ConnectionError("the embedding service went away")
-            return [[float(len(text)), 1.0] for text in texts]
-
-        async def close(self) -> None:
-            pass
-
     async def run() -> None:
-        batching = BatchingEmbedder(Flaky())
+        batching = BatchingEmbedder(RecordingModel(fails_first=True))
         outcomes = await asyncio.gather(*(batching.embed([f"t{n}"]) for n in range(5)), return_exceptions=True)
         assert all(isinstance(outcome, ConnectionError) for outcome in outcomes)
         assert await batching.embed(["t1", "t22"]) == [[2.0, 1.0], [3.0, 1.0]]
@@ -112,36 +125,58 @@ def test_a_failing_model_fails_every_caller_in_the_batch_and_the_next_batch_work
     asyncio.run(run())
 
 
-class RecordingModel:
-    """A stand-in for the model that takes a while per batch and records each batch it was given."""
-
-    name, dimension = "recording", 2
-
-    def __init__(self) -> None:
-        self.batches: list[list[str]] = []
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        self.batches.append(list(texts))
-        await asyncio.sleep(0.02)
-        return [[float(len(text)), 1.0] for text in texts]
-
-    async def close(self) -> None:
-        pass
-
-
 def test_a_tenants_flood_does_not_delay_another_tenants_query() -> None:
     async def run() -> None:
         model = RecordingModel()
-        batching = BatchingEmbedder(model, max_batch=64)
+        batching = BatchingEmbedder(model, Lane.BULK)
         busy = asyncio.ensure_future(batching.embed(["first"], tenant="flooding"))
         await asyncio.sleep(0)
         flood = asyncio.ensure_future(batching.embed([f"bulk {n}" for n in range(500)], tenant="flooding"))
         await asyncio.sleep(0)
         query = await batching.embed(["what do I drink?"], tenant="bystander")
         assert query == [[16.0, 1.0]]
-        # The query went in the batch after the one running when it came, not after the flood's eight.
+        # The query went in the batch after the one running when it came, not after the flood's.
         assert "what do I drink?" in model.batches[1]
         assert len(await flood) == 500 and await busy == [[5.0, 1.0]]
+
+    asyncio.run(run())
+
+
+def test_a_batch_holds_no_more_tokens_than_its_lane_allows_once_padded() -> None:
+    async def run() -> None:
+        model = RecordingModel()
+        batching = BatchingEmbedder(model, Lane.BULK)
+        running = asyncio.ensure_future(batching.embed(["running"], tenant="a"))
+        await asyncio.sleep(0)
+        texts = [words(256, f"long{n}") for n in range(6)] + [words(16, f"short{n}") for n in range(64)]
+        await asyncio.gather(running, batching.embed(texts, tenant="a"))
+        budget = Lane.BULK.value
+        for batch in model.batches[1:]:
+            counts = [len(text.split()) for text in batch]
+            assert len(batch) <= budget.max_texts and max(counts) * len(batch) <= budget.max_tokens, counts
+        # The long texts went two at a time (512 tokens), the short ones 32 at a time, never mixed.
+        sizes = sorted(len(batch) for batch in model.batches[1:])
+        assert sizes == [2, 2, 2, 32, 32], sizes
+        assert all(len({len(text.split()) for text in batch}) == 1 for batch in model.batches[1:])
+
+    asyncio.run(run())
+
+
+def test_texts_are_batched_with_others_of_like_length_in_turns_per_tenant() -> None:
+    async def run() -> None:
+        model = RecordingModel()
+        batching = BatchingEmbedder(model, Lane.QUERIES)
+        running = asyncio.ensure_future(batching.embed(["running"], tenant="a"))
+        await asyncio.sleep(0)
+        # Two tenants, each with long and short texts interleaved.
+        mixed = {tenant: [words(128 if n % 2 else 8, f"{tenant}{n}") for n in range(8)] for tenant in ("a", "b")}
+        await asyncio.gather(running, *(batching.embed(texts, tenant=tenant) for tenant, texts in mixed.items()))
+        batches = model.batches[1:]
+        for batch in batches:
+            assert len({len(text.split()) for text in batch}) == 1, batch
+        # Each batch of short texts holds both tenants' in turns, not one tenant's first.
+        short = [batch for batch in batches if len(batch[0].split()) == 8]
+        assert {text[0] for text in short[0]} == {"a", "b"}
 
     asyncio.run(run())
 
@@ -165,7 +200,7 @@ def test_a_tenant_past_its_queue_is_refused_and_the_others_are_not() -> None:
 def test_texts_nobody_waits_for_leave_the_queue() -> None:
     async def run() -> None:
         model = RecordingModel()
-        batching = BatchingEmbedder(model, max_batch=8)
+        batching = BatchingEmbedder(model, Lane.QUERIES, policy=BatchPolicy(max_tokens=256, max_texts=8))
         running = asyncio.ensure_future(batching.embed(["running"], tenant="a"))
         await asyncio.sleep(0)
         abandoned = asyncio.ensure_future(batching.embed([f"abandoned {n}" for n in range(40)], tenant="a"))

@@ -142,10 +142,12 @@ def test_metrics_show_calls_stages_providers_and_the_pool(ops: ServerProcess, cf
     assert sample(metrics, "contextfold_provider_duration_seconds_count", provider=clock) == 3
     assert sample(metrics, "contextfold_db_pool_connections", state="size") >= 1
     assert sample(metrics, "contextfold_calls_in_flight") == 0
-    # The entry and the question went to the model; the question's two repeats came from the cache.
-    assert sample(metrics, "contextfold_embedding_model_calls_total") >= 2
-    assert sample(metrics, "contextfold_embedding_texts_total") >= 2
-    assert sample(metrics, "contextfold_embedding_cache_hits_total") >= 2
+    # The entry went to the bulk lane's model, the question to the queries' lane; its two repeats came from
+    # the cache.
+    for lane in ("bulk", "queries"):
+        assert sample(metrics, "contextfold_embedding_model_calls_total", lane=lane) >= 1
+        assert sample(metrics, "contextfold_embedding_texts_total", lane=lane) >= 1
+    assert sample(metrics, "contextfold_embedding_cache_hits_total", lane="queries") >= 2
     cf.delete_provider(clock)
 
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import grpc
 import pytest
 from contextfold import Client
 from contextfold.v1 import memory_pb2, memory_pb2_grpc
+from contextfold_server.postgres.consistency import ReadAfterTokens, lsn_value
 
 from harness.messages import unique
 from harness.polling import wait_for
@@ -185,6 +187,78 @@ def test_a_token_that_is_not_one_is_refused_naming_the_header(server: ServerProc
             )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "x-contextfold-read-after" in refused.value.details()
+
+
+def written_token(server: ServerProcess, store: str, contents: list[str]) -> str:
+    """The read-after token an add of `contents` answers with (the trailer, as any client reads it)."""
+    with grpc.insecure_channel(server.address) as channel:
+        memories = [memory_pb2.Memory(content=content) for content in contents]
+        request = memory_pb2.AddMemoriesRequest(store=store, memories=memories)
+        _, call = memory_pb2_grpc.MemoryServiceStub(channel).AddMemories.with_call(request, timeout=30)
+    (token,) = [value for key, value in call.trailing_metadata() if key == "x-contextfold-read-after"]
+    return token
+
+
+def tokens_of(primary: Postgres) -> ReadAfterTokens:
+    """Read-after tokens as the server makes them: sealed with its secret, read off its database."""
+    ((secret,),) = primary.query("SELECT value FROM contextfold.service_secrets WHERE name = 'page_tokens'")
+    return ReadAfterTokens(bytes(secret))
+
+
+def search_with(server: ServerProcess, store: str, token: str) -> str:
+    """The database that answered a search sent with `token`."""
+    with grpc.insecure_channel(server.address) as channel:
+        response = memory_pb2_grpc.MemoryServiceStub(channel).SearchMemories(
+            memory_pb2.SearchMemoriesRequest(query="where is the office", stores=[store], max_results=5),
+            metadata=(("x-contextfold-read-after", token),),
+            timeout=10,
+        )
+    return response.database
+
+
+def test_a_token_reveals_nothing_of_the_writes_between_two_of_them(
+    server: ServerProcess, primary: Postgres, store: str
+) -> None:
+    started = time.time()
+    first = written_token(server, store, ["The printer is on the second floor"])
+    lsn = primary.query("SELECT pg_current_wal_lsn()::text")[0][0]
+    # Another writer's 200 entries: hundreds of kilobytes of the primary's log between two of the tokens.
+    with Client(server.address, timeout=60) as other:
+        other.add_memories(store, [f"Another caller's note {n}" for n in range(200)])
+    second = written_token(server, store, ["The printer moved to the third floor"])
+    third = written_token(server, store, ["The printer is back on the second floor"])
+    assert len(first) == len(second) == len(third) == 75
+    # What a token shows is the primary's clock (microseconds): not a position in its log.
+    for token in (first, second, third):
+        assert started - 60 < int(token[:16], 16) / 1e6 < time.time() + 60
+        assert lsn_value(lsn).to_bytes(8, "big").hex() not in token and lsn.split("/")[1].lower() not in token.lower()
+    assert first < second < third
+    assert int(third[:16], 16) - int(first[:16], 16) < (time.time() - started + 1) * 1e6
+
+
+def test_a_token_of_another_namespace_or_not_made_by_the_service_is_refused(
+    server: ServerProcess, primary: Postgres, store: str
+) -> None:
+    elsewhere = tokens_of(primary).token("another-tenant", 1 << 40, int(time.time() * 1e6))
+    ours = written_token(server, store, ["The kitchen closes at three"])
+    forged = ours[:-4] + ("AAAA" if not ours.endswith("AAAA") else "BBBB")
+    for token in (elsewhere, forged):
+        with pytest.raises(grpc.RpcError) as refused:
+            search_with(server, store, token)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "x-contextfold-read-after" in refused.value.details()
+
+
+def test_a_token_past_what_the_primary_reached_is_capped_and_pins_no_read_to_it(
+    server: ServerProcess, primary: Postgres, store: str
+) -> None:
+    ((now,),) = primary.query("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+    # A position the primary never reached (as a standby promoted before it replayed a write would see).
+    unreached = tokens_of(primary).token("~open", (1 << 64) - 1, int(now))
+    # Once a check after the token's time finds the primary short of it, the token asks no more than that.
+    wait_for(lambda: search_with(server, store, unreached) == "replica-1", 15, what="the replica to serve the token")
+    # A token of earlier releases, the position in clear, is read as none: it pins nothing either.
+    assert search_with(server, store, "ffffffffffffffff") == "replica-1"
 
 
 def test_the_replica_never_receives_ddl(standby: Postgres, server: ServerProcess) -> None:

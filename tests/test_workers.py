@@ -92,11 +92,18 @@ def test_every_worker_serves_and_one_scrape_counts_them_all(workers: ServerProce
     assert len(re.findall(r"^# TYPE contextfold_calls_total counter$", metrics, flags=re.M)) == 1
 
 
+def server_processes(supervisor: psutil.Process) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """The supervisor's workers and its bulk workers, told apart by their CPU priority (the bulk workers'
+    is lower, `--bulk-nice`)."""
+    children = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
+    workers = [child for child in children if child.nice() == supervisor.nice()]
+    return workers, [child for child in children if child.nice() > supervisor.nice()]
+
+
 def test_one_embedded_postgres_and_a_worker_that_dies_is_replaced(workers: ServerProcess) -> None:
     assert workers.log().count("embedded Postgres ready") == 1
-    supervisor = psutil.Process(workers.process.pid)
-    children = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
-    assert len(children) == WORKERS
+    children, bulk = server_processes(psutil.Process(workers.process.pid))
+    assert len(children) == WORKERS and len(bulk) == 1
     victim = children[0]
     victim.send_signal(signal.SIGKILL)
     wait_for(lambda: "a worker died | starting another" in workers.log(), 10, what="the supervisor to see it")
@@ -122,11 +129,11 @@ def test_workers_and_the_embedded_postgres_do_not_outlive_a_killed_supervisor(tm
     server = start_server(tmp_path / "server.log", "--data-dir", str(tmp_path / "pgdata"), workers=WORKERS)
     postmaster = psutil.Process(int((tmp_path / "pgdata" / "postmaster.pid").read_text().split()[0]))
     supervisor = psutil.Process(server.process.pid)
-    workers = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
+    workers, bulk = server_processes(supervisor)
     sandboxes = [grandchild for worker in workers for grandchild in worker.children(recursive=True)]
-    assert len(workers) == WORKERS and sandboxes
+    assert len(workers) == WORKERS and len(bulk) == 1 and sandboxes
     supervisor.kill()
     supervisor.wait(10)
-    _, alive = psutil.wait_procs([*workers, *sandboxes, postmaster], timeout=30)
-    assert alive == [], "every worker, its sandbox and the embedded Postgres stop when the supervisor dies"
+    _, alive = psutil.wait_procs([*workers, *bulk, *sandboxes, postmaster], timeout=30)
+    assert alive == [], "every worker, bulk worker, sandbox and the embedded Postgres stop when the supervisor dies"
     assert "the supervisor is gone" in server.log()

@@ -10,10 +10,13 @@ import (
 )
 
 // ReadAfterHeader carries read-your-writes tokens. A call that wrote answers with one in its
-// trailer (its commit's place in the database's log); sent with later calls, it keeps their reads
-// from a read replica that has not caught up with it. Tokens are 16 hex digits: the greater text
-// is the later write.
+// trailer (its commit's place in the database's log, sealed); sent with later calls, it keeps
+// their reads from a read replica that has not caught up with it. Tokens are opaque, of one
+// length: the greater text is the later write.
 const ReadAfterHeader = "x-contextfold-read-after"
+
+// longestToken bounds what a trailer may hand the client to send again.
+const longestToken = 256
 
 // readPosition is the latest token a Client was given, sent with each of its calls.
 type readPosition struct {
@@ -34,7 +37,7 @@ func (p *readPosition) outgoing(ctx context.Context) context.Context {
 func (p *readPosition) note(trailer metadata.MD) {
 	for _, token := range trailer.Get(ReadAfterHeader) {
 		p.mu.Lock()
-		if len(token) == 16 && token > p.latest {
+		if len(token) > 0 && len(token) <= longestToken && token > p.latest {
 			p.latest = token
 		}
 		p.mu.Unlock()

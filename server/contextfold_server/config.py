@@ -60,6 +60,8 @@ class Config:
     # namespace may hold at once (None: every one).
     statement_timeout_seconds: float
     database_connections_per_tenant: int | None
+    # Of each bulk worker's connections, how many one namespace's bulk calls hold at once.
+    bulk_connections_per_tenant: int
     max_message_bytes: int
     max_connection_age_seconds: float
     keepalive_seconds: float
@@ -76,6 +78,9 @@ class Config:
     # Where providers may be dialled (`providers/egress.py`): host patterns, networks, unix: paths.
     provider_targets: str
     workers: int
+    # Processes that run bulk calls (`api/lanes.py`), and how much lower their CPU priority is (nice).
+    bulk_workers: int
+    bulk_nice: int
     model_dir: Path
     embedding_threads: int
     # The ranking of requests that name none (engine/ranking.py), and the remote reranker, if any.
@@ -179,6 +184,20 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         help="server processes sharing the port, each with its own event loop (default: the cores available)",
         shown="the cores available",
     )
+    option(
+        "--bulk-workers",
+        int,
+        1,
+        help="processes that run bulk calls (adds, imports, updates, Remember, exports, erasures, listings) at"
+        " a lower CPU priority than the workers' queries, each with its own model and database sessions",
+    )
+    option(
+        "--bulk-nice",
+        int,
+        10,
+        help="how much lower the bulk workers' CPU priority is (a nice value, 0 to 19; their embedded-Postgres"
+        " sessions too): where a query and bulk work both want a core, the query has it",
+    )
     option("--embedder", default="local", choices=["local", "openai"])
     option(
         "--model-dir",
@@ -191,8 +210,8 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         "--embedding-threads",
         int,
         0,
-        help="threads each worker's local model uses per batch (default: the cores available, at most 4);"
-        " idle ones sleep, so workers sharing cores cost little, and one query embeds in less time",
+        help="threads each worker's and bulk worker's local model uses per batch (default: the cores available,"
+        " at most 4); idle ones sleep, so workers sharing cores cost little, and one query embeds in less time",
         shown="the cores available, at most 4",
     )
     option(
@@ -368,7 +387,8 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         float,
         10.0,
         help="the longest one database statement of a call may run (and never past the call's deadline);"
-        " one cut off is RESOURCE_EXHAUSTED (STATEMENT_TIMEOUT), its transaction rolled back",
+        " one cut off at this limit is RESOURCE_EXHAUSTED (STATEMENT_TIMEOUT), one cut off by the caller's"
+        " deadline DEADLINE_EXCEEDED, its transaction rolled back either way",
     )
     option(
         "--database-connections-per-tenant",
@@ -377,6 +397,15 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         help="database connections one namespace may hold at once, of each worker's 10 (default: 7; all of"
         " them when the service runs open)",
         shown="`7` (all 10 when open)",
+    )
+    option(
+        "--bulk-connections-per-tenant",
+        int,
+        0,
+        help="database connections one namespace's bulk calls may hold at once, of each bulk worker's 10"
+        " (default: the cores available): statements past the cores only contend for them, slowing every"
+        " tenant's queries; the others wait their turn, within the call's time",
+        shown="the cores available",
     )
     option(
         "--stream-idle-seconds",
@@ -449,6 +478,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         stream_idle_seconds=max(0.1, args.stream_idle_seconds),
         statement_timeout_seconds=max(0.01, args.statement_timeout_seconds),
         database_connections_per_tenant=args.database_connections_per_tenant or (None if args.auth == "none" else 7),
+        bulk_connections_per_tenant=min(10, args.bulk_connections_per_tenant or available_cores()),
         max_message_bytes=max(1024, args.max_message_bytes),
         max_connection_age_seconds=args.max_connection_age_seconds,
         keepalive_seconds=args.keepalive_seconds,
@@ -460,6 +490,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         replica_check_seconds=args.replica_check_seconds,
         provider_targets=args.provider_targets,
         workers=max(1, args.workers),
+        bulk_workers=max(1, args.bulk_workers),
+        bulk_nice=min(19, max(0, args.bulk_nice)),
         model_dir=args.model_dir,
         embedding_threads=args.embedding_threads or min(available_cores(), 4),
         ranking=args.ranking,

@@ -161,10 +161,18 @@ class ResourceExhausted(_WithReason):
 
 
 class StatementTimeout(_WithReason):
-    """A statement cut off by its time (RESOURCE_EXHAUSTED): the server's longest for one statement, or
-    what the caller's deadline left. Nothing it did is kept (its transaction is rolled back)."""
+    """A statement cut off by the server's longest for one statement (RESOURCE_EXHAUSTED: the server's
+    limit, which a narrower filter or scope stays within). Nothing it did is kept (its transaction is
+    rolled back)."""
 
     code = code_pb2.RESOURCE_EXHAUSTED
+
+
+class DeadlineReached(_WithReason):
+    """The call's work cut off because the caller's own deadline came (DEADLINE_EXCEEDED, as gRPC says of
+    a deadline): nothing past the cut is kept. A retry with more time may succeed."""
+
+    code = code_pb2.DEADLINE_EXCEEDED
 
 
 class CallTooLong(_WithReason):

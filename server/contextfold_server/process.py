@@ -38,6 +38,7 @@ from .access.keys import KeyRing
 from .access.quotas import QuotaBook
 from .api.admission import Admission
 from .api.call import CallLimits
+from .api.lanes import BulkLane
 from .api.pipeline import CallPipeline
 from .api.readiness import Readiness
 from .config import Config, default_quota
@@ -85,7 +86,8 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     quotas = QuotaBook(shared.owner_url, listener, default_quota(config), config.workers)
     usage = UsageCounters(shared.owner_url, observe=metrics.count_usage)
     limits = CallLimits(config.max_call_seconds, config.stream_idle_seconds)
-    pipeline = CallPipeline(metrics, admission, quotas, usage, keys, readiness, lag, limits)
+    bulk = BulkLane(shared.bulk_addresses, config.max_message_bytes)
+    pipeline = CallPipeline(metrics, admission, quotas, usage, keys, readiness, lag, limits, bulk)
     server = grpc_server(config, pipeline, shared.port)
     own = _OwnChannel(config, server) if config.ext_proc or shared.console_port is not None else None
     if config.ext_proc and own is not None:
@@ -106,7 +108,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     metrics_port = metrics.serve("127.0.0.1", 0)
     # Every port the server's processes listen on, as the supervisor tells them (no provider may be one).
     own_ports = {shared.port, config.admin_port, metrics_port, *([shared.console_port] if shared.console_port else [])}
-    following = _hear_the_supervisor(reports, readiness, stopping, databases, own_ports)
+    following = hear_the_supervisor(reports, stopping, databases, readiness, own_ports)
     reports.send(Listening(metrics_port))
 
     async with contextlib.AsyncExitStack() as running:
@@ -119,6 +121,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
             services: Services = starting.result()  # a start-up that failed raises here
             for name, target in pending.items():
                 target.target = getattr(services, name)
+            pipeline.serve_with(services.read_after)
             databases.extend(services.databases)
             # What start-up built (the model, the pools, the caches, the modules) lives as long as the worker:
             # frozen out of the collector, so no collection walks it again and a pause stays short.
@@ -148,6 +151,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         await server.stop(config.grace_seconds)
         if own is not None:
             await own.close()
+        await bulk.close()
         await lag.close()
         following.cancel()
     stop_tracing()
@@ -231,18 +235,18 @@ async def _tell_admission(admission: Admission, reports: Connection, metrics: Me
             reports.send(Admitting(admitting))
 
 
-def _hear_the_supervisor(
+def hear_the_supervisor(
     reports: Connection,
-    readiness: Readiness,
     stopping: asyncio.Event,
     databases: list[Database],
-    own_ports: set[int],
+    readiness: Readiness | None = None,
+    own_ports: set[int] | None = None,
 ) -> asyncio.Task[None]:
-    """Follow the supervisor's word, in the order it comes on the pipe: whether every worker serves,
-    that the embedded database restarted (so the pool's connections, all lost, are replaced now
-    rather than each failing a call first), and the ports the server listens on (kept in `own_ports`,
-    which the egress policy reads). Stop when the pipe closes: the supervisor is gone (killed, say),
-    and a worker must not outlive it."""
+    """Follow the supervisor's word, in the order it comes on the pipe: whether every worker serves (told
+    to `readiness`, a worker's), that the embedded database restarted (so the pools' connections, all
+    lost, are replaced now rather than each failing a call first), and the ports the server listens on
+    (kept in `own_ports`, which a worker's egress policy reads). Stop when the pipe closes: the supervisor
+    is gone (killed, say), and no worker may outlive it."""
     loop = asyncio.get_running_loop()
     heard: asyncio.Queue[SupervisorWord | None] = asyncio.Queue()
 
@@ -255,11 +259,11 @@ def _hear_the_supervisor(
 
     async def follow() -> None:
         while (word := await heard.get()) is not None:
-            if isinstance(word, AllServing):
+            if isinstance(word, AllServing) and readiness is not None:
                 await readiness.all_serving(word.all_serving)
             elif isinstance(word, DatabaseRestarted):
                 await asyncio.gather(*(database.check() for database in databases))
-            elif isinstance(word, OwnPorts):
+            elif isinstance(word, OwnPorts) and own_ports is not None:
                 own_ports.update(word.ports)
         logger.warning("reason=<the supervisor is gone> | stopping")
         stopping.set()

@@ -1,15 +1,19 @@
-"""`contextfold serve`: one worker process per core on one port, and what they share.
+"""`contextfold serve`: one worker process per core on one port, the bulk workers, and what they share.
 
 Python runs one event loop on one core at a time, so the service runs `--workers`
 server processes (`process.py`), each with its own loop, connection pool, model
 and sandbox, all listening on the same port: the kernel spreads connections over
-them (SO_REUSEPORT, as gRPC's multiprocessing example does). This process starts
-what they share and no gRPC of its own: the embedded Postgres (once), the local
-model's cached export (once, before the workers would race for it), the port
-(held, so `--port 0` names one port for all; the console's too, when it is on), and the
-admin port, where one scrape of /metrics covers every worker. It forwards SIGTERM and SIGINT, so every worker
-drains; it replaces a worker that dies while serving, and gives up, exiting
-non-zero, when one cannot start.
+them (SO_REUSEPORT, as gRPC's multiprocessing example does). Beside them run
+`--bulk-workers` bulk workers (`bulk.py`), at a lower CPU priority, which serve the
+bulk calls the workers forward to them (`api/lanes.py`) on Unix sockets in a folder
+of this process's. This process starts what they share and no gRPC of its own: the
+embedded Postgres (once), the local model's cached export (once, before the workers
+would race for it), the port (held, so `--port 0` names one port for all; the
+console's too, when it is on), and the admin port, where one scrape of /metrics
+covers every worker and bulk worker. It forwards SIGTERM and SIGINT, so every worker
+drains, and stops the bulk workers once the workers are done (the calls they
+forwarded finish first); it replaces a worker or a bulk worker that dies while
+serving, and gives up, exiting non-zero, when one cannot start.
 """
 
 from __future__ import annotations
@@ -20,18 +24,23 @@ import ipaddress
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from types import FrameType
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from .access.keys import OPEN_NAMESPACE
+from .bulk import run_bulk_worker
 from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
@@ -60,9 +69,12 @@ _STOP_MARGIN = 10.0
 
 @dataclass
 class _Worker:
+    """A worker, or a bulk worker (`bulk`), as the supervisor follows it."""
+
     index: int
     process: BaseProcess
     reports: Connection
+    bulk: bool = False
     admin_port: int | None = None
     serving: bool = False
     served: bool = False
@@ -77,6 +89,7 @@ class _Supervisor:
     config: Config
     shared: Shared
     workers: dict[int, _Worker] = field(default_factory=dict)
+    bulk: dict[int, _Worker] = field(default_factory=dict)
     # When stopping: the time by which every worker must have stopped (time.monotonic()).
     stop_by: float | None = None
     # Ports of the supervisor's own (the console's and the admin port, as bound).
@@ -87,19 +100,23 @@ class _Supervisor:
     def stopping(self) -> bool:
         return self.stop_by is not None
 
-    def spawn(self, index: int) -> None:
+    def spawn(self, index: int, bulk: bool = False) -> None:
         reports, child_end = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
-            target=run_worker,
+            target=run_bulk_worker if bulk else run_worker,
             args=(self.config, self.shared, index, child_end),
-            name=f"contextfold-worker-{index}",
+            name=f"contextfold-{'bulk' if bulk else 'worker'}-{index}",
         )
         process.start()
         child_end.close()
-        self.workers[index] = _Worker(index, process, reports)
+        (self.bulk if bulk else self.workers)[index] = _Worker(index, process, reports, bulk)
+
+    def everyone(self) -> list[_Worker]:
+        """Every worker and bulk worker running."""
+        return [*self.workers.values(), *self.bulk.values()]
 
     def metrics_endpoints(self) -> list[str]:
-        ports = [worker.admin_port for worker in list(self.workers.values()) if worker.admin_port]
+        ports = [worker.admin_port for worker in self.everyone() if worker.admin_port]
         return [f"http://127.0.0.1:{port}/metrics" for port in ports]
 
     def heard(self, worker: _Worker, report: WorkerReport) -> None:
@@ -107,7 +124,7 @@ class _Supervisor:
             worker.admin_port = report.metrics_port
             # Every worker learns every port the server listens on: none may be dialled as a provider.
             self.tell(OwnPorts(self.own_ports()))
-            if not self.announced:
+            if not self.announced and not worker.bulk:
                 self.announced = True
                 logger.info(
                     "listening on %s:%d (%s); NOT_SERVING until the database and the model are ready",
@@ -126,6 +143,8 @@ class _Supervisor:
                 self.tell_all_serving(self.serving_now())
         elif isinstance(report, Serving):
             worker.serving = worker.served = True
+            if worker.bulk:
+                logger.info("bulk worker serving | bulk_worker=<%d> nice=<%d>", worker.index, self.config.bulk_nice)
             if self.serving_now():
                 self.tell_all_serving(True)
                 logger.info(
@@ -142,16 +161,20 @@ class _Supervisor:
         worker.process.join()
         code = worker.process.exitcode
         worker.reports.close()
-        del self.workers[worker.index]
+        kind = "bulk worker" if worker.bulk else "worker"
+        del (self.bulk if worker.bulk else self.workers)[worker.index]
         if self.stopping:
+            if not self.workers:
+                # The workers are done, and the calls they forwarded with them: the bulk workers may stop.
+                self.signal(self.bulk.values(), signal.SIGTERM)
             return None
         if not worker.served:
-            logger.error("worker=<%d> exit_code=<%s> | a worker could not start | stopping", worker.index, code)
+            logger.error("%s=<%d> exit_code=<%s> | a %s could not start | stopping", kind, worker.index, code, kind)
             self.stop()
             return 1
-        logger.error("worker=<%d> exit_code=<%s> | a worker died | starting another", worker.index, code)
+        logger.error("%s=<%d> exit_code=<%s> | a %s died | starting another", kind, worker.index, code, kind)
         self.tell_all_serving(False)
-        self.spawn(worker.index)
+        self.spawn(worker.index, worker.bulk)
         return None
 
     def database_ended(self, embedded: EmbeddedPostgres) -> int | None:
@@ -174,11 +197,14 @@ class _Supervisor:
         return None
 
     def serving_now(self) -> bool:
-        """What health says: every worker serves, and one at least admits calls (not every one is full)."""
+        """What health says: every worker and bulk worker serves, and one worker at least admits calls (not
+        every one is full)."""
         workers = list(self.workers.values())
+        bulk = list(self.bulk.values())
         return (
             len(workers) == self.config.workers
-            and all(worker.serving for worker in workers)
+            and len(bulk) == self.config.bulk_workers
+            and all(worker.serving for worker in (*workers, *bulk))
             and any(worker.admitting for worker in workers)
         )
 
@@ -187,33 +213,39 @@ class _Supervisor:
         self.tell(AllServing(all_serving))
 
     def own_ports(self) -> tuple[int, ...]:
-        workers = [worker.admin_port for worker in self.workers.values() if worker.admin_port]
+        workers = [worker.admin_port for worker in self.everyone() if worker.admin_port]
         return tuple(sorted({self.shared.port, *self.extra_ports, *workers}))
 
     def tell(self, word: SupervisorWord) -> None:
-        for worker in self.workers.values():
+        for worker in self.everyone():
             if worker.reporting:
                 with contextlib.suppress(OSError):
                     worker.reports.send(word)
 
     def stop(self) -> None:
-        """Every worker drains and stops; one that has not within its drain and grace is killed."""
-        self.stop_by = time.monotonic() + self.config.drain_seconds + self.config.grace_seconds + _STOP_MARGIN
-        for worker in self.workers.values():
+        """Every worker drains and stops, then every bulk worker; one that has not stopped within its drain
+        and grace (twice over, for the bulk workers, which wait for the workers) is killed."""
+        self.stop_by = time.monotonic() + 2 * (self.config.drain_seconds + self.config.grace_seconds) + _STOP_MARGIN
+        self.signal(self.workers.values() if self.workers else self.bulk.values(), signal.SIGTERM)
+
+    @staticmethod
+    def signal(workers: Iterable[_Worker], signum: int) -> None:
+        for worker in workers:
             if worker.process.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.process.pid, signal.SIGTERM)
+                    os.kill(worker.process.pid, signum)
 
     def waited_on(self) -> list[Connection | int]:
         """What the supervisor waits on for each worker: its reports while it sends them, its end."""
         return [
-            *(worker.reports for worker in self.workers.values() if worker.reporting),
-            *(worker.process.sentinel for worker in self.workers.values()),
+            *(worker.reports for worker in self.everyone() if worker.reporting),
+            *(worker.process.sentinel for worker in self.everyone()),
         ]
 
     def kill_the_late(self) -> None:
-        for worker in self.workers.values():
-            logger.error("worker=<%d> | a worker did not stop in time | killing it", worker.index)
+        for worker in self.everyone():
+            kind = "bulk worker" if worker.bulk else "worker"
+            logger.error("%s=<%d> | a %s did not stop in time | killing it", kind, worker.index, kind)
             worker.process.kill()
 
 
@@ -260,7 +292,17 @@ def _supervise(
         _warn_open(config.host)
     reservation, port = _reserve_port(config.host, config.port)
     console = _reserve_port(config.console_host, config.console_port) if config.console_port >= 0 else None
-    shared = Shared(database_url, port, model, config.database_migration_url, console[1] if console else None)
+    # The bulk workers' sockets, in a folder only this process's user may enter (mkdtemp makes it so).
+    sockets = Path(tempfile.mkdtemp(prefix="contextfold-bulk-"))
+    shared = Shared(
+        database_url,
+        port,
+        model,
+        config.database_migration_url,
+        console[1] if console else None,
+        bulk_addresses=tuple(str(sockets / f"bulk-{index}.sock") for index in range(config.bulk_workers)),
+        embedded_database=embedded is not None,
+    )
     supervisor = _Supervisor(config, shared)
     if console is not None:
         supervisor.extra_ports = (console[1],)
@@ -271,33 +313,49 @@ def _supervise(
         metrics_server, _ = start_http_server(config.admin_port, addr=config.admin_host, registry=registry)
         supervisor.extra_ports = (*supervisor.extra_ports, metrics_server.server_port)
         logger.info("metrics on http://%s:%d/metrics", config.admin_host, metrics_server.server_port)
+    for index in range(config.bulk_workers):
+        supervisor.spawn(index, bulk=True)
     for index in range(config.workers):
         supervisor.spawn(index)
 
     exit_code = 0
     with reservation, console[0] if console else contextlib.nullcontext(), woken, wake:
-        while supervisor.workers:
-            left = None if supervisor.stop_by is None else max(0.0, supervisor.stop_by - time.monotonic())
-            database = [embedded.sentinel] if embedded is not None and embedded.watched else []
-            ready = wait([woken, *database, *supervisor.waited_on()], timeout=left)
-            if not ready and supervisor.stopping:
-                supervisor.kill_the_late()
-            if woken in ready:
-                woken.recv(64)
-            if database and database[0] in ready and embedded is not None:
-                exit_code = supervisor.database_ended(embedded) or exit_code
-            if requested and not supervisor.stopping:
-                logger.info("stopping | signal=<%s> workers=<%d>", signal.Signals(requested[0]).name, config.workers)
-                supervisor.stop()
-            for worker in list(supervisor.workers.values()):
-                if worker.reports in ready:
-                    try:
-                        supervisor.heard(worker, worker.reports.recv())
-                    except EOFError:
-                        worker.serving = worker.reporting = False
-                if worker.process.sentinel in ready:
-                    exit_code = supervisor.ended(worker) or exit_code
+        try:
+            exit_code = _follow(supervisor, embedded, woken, requested)
+        finally:
+            shutil.rmtree(sockets, ignore_errors=True)
     logger.info("stopped")
+    return exit_code
+
+
+def _follow(
+    supervisor: _Supervisor, embedded: EmbeddedPostgres | None, woken: socket.socket, requested: list[int]
+) -> int:
+    """Follow the workers and the bulk workers, the embedded Postgres and the signals, until every process
+    has stopped; the exit code."""
+    config = supervisor.config
+    exit_code = 0
+    while supervisor.everyone():
+        left = None if supervisor.stop_by is None else max(0.0, supervisor.stop_by - time.monotonic())
+        database = [embedded.sentinel] if embedded is not None and embedded.watched else []
+        ready = wait([woken, *database, *supervisor.waited_on()], timeout=left)
+        if not ready and supervisor.stopping:
+            supervisor.kill_the_late()
+        if woken in ready:
+            woken.recv(64)
+        if database and database[0] in ready and embedded is not None:
+            exit_code = supervisor.database_ended(embedded) or exit_code
+        if requested and not supervisor.stopping:
+            logger.info("stopping | signal=<%s> workers=<%d>", signal.Signals(requested[0]).name, config.workers)
+            supervisor.stop()
+        for worker in supervisor.everyone():
+            if worker.reports in ready:
+                try:
+                    supervisor.heard(worker, worker.reports.recv())
+                except EOFError:
+                    worker.serving = worker.reporting = False
+            if worker.process.sentinel in ready:
+                exit_code = supervisor.ended(worker) or exit_code
     return exit_code
 
 

@@ -1,9 +1,11 @@
-"""A worker's parts, built and connected: from the configuration to its three servicers.
+"""A worker's parts and a bulk worker's, built and connected: from the configuration to their servicers.
 
-`build` starts every dependency a worker's calls use (the database and its replicas, the vector
-indexes, the model, the sandbox, the provider channels, the caches, the background purge), each
-closed by the exit stack it is given, and returns the servicers over them. `grpc_server` makes
-the gRPC server itself, with the options a mesh or a load balancer expects.
+`build` starts every dependency a worker's calls use (the database and its replicas, the model's
+query lane, the sandbox, the provider channels, the caches), each closed by the exit stack it is
+given, and returns the servicers over them. `build_bulk` does the same for a bulk worker (the
+database, sessions at its lower priority, the model's bulk lane, the vector indexes its writes
+grow, the background purge). `grpc_server` makes the gRPC server itself, with the options a mesh or
+a load balancer expects.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from .api.providers import ProviderServicer
 from .api.requests import Capabilities
 from .config import Config
 from .customize.sandbox import Sandbox
-from .embedding.batching import BatchingEmbedder
+from .embedding.batching import BatchingEmbedder, Lane
 from .engine.memory import SearchQuery
 from .engine.ranking import Ranking
 from .errors import ServiceError
@@ -45,9 +47,11 @@ from .memory.statements import SEARCH_SETTINGS
 from .memory.store import PostgresMemoryStore
 from .observe.metrics import Metrics
 from .observe.usage import UsageCounters
+from .postgres.consistency import ReadAfterTokens
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database, PoolLimits
+from .postgres.priority import lower_priority_of_sessions
 from .postgres.replicas import Databases
 from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
@@ -61,7 +65,7 @@ logger = logging.getLogger("contextfold")
 
 @dataclass(frozen=True)
 class Shared:
-    """What the supervisor starts or finds once, for every worker."""
+    """What the supervisor starts or finds once, for every worker and bulk worker."""
 
     # Requests' database URL, and the schema owner's (migrations, index builds, keys, secrets): the same
     # unless the operator gives a migration role of its own (`--database-migration-url`).
@@ -72,6 +76,11 @@ class Shared:
     migration_url: str = ""
     # The web console's port, held by the supervisor and shared by every worker; None when it is off.
     console_port: int | None = None
+    # Where each bulk worker listens (Unix sockets in a folder of the supervisor's), which workers forward to.
+    bulk_addresses: tuple[str, ...] = ()
+    # Whether the database is the embedded Postgres, run by the supervisor beside the server: its sessions
+    # are processes of this machine, whose CPU priority the bulk workers may lower for their own.
+    embedded_database: bool = False
 
     @property
     def owner_url(self) -> str:
@@ -86,29 +95,56 @@ class Services:
     embedder: BatchingEmbedder
     # The primary's pool and each replica's: checked at once when the embedded database restarts.
     databases: list[Database]
+    read_after: ReadAfterTokens
 
 
-async def build(
+@dataclass(frozen=True)
+class BulkServices:
+    """A bulk worker's parts: the memory servicer its forwarded calls reach, over a pool and a model of its own."""
+
+    memory: MemoryServicer
+    embedder: BatchingEmbedder
+    databases: list[Database]
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """What both kinds of process build alike: the database and its replicas, the model, the memory servicer."""
+
+    database: Database
+    reading: Databases
+    secret: bytes
+    store: PostgresMemoryStore
+    lifecycle: MemoryLifecycle
+    embedder: BatchingEmbedder
+    searcher: MemorySearcher
+    memory: MemoryServicer
+    capabilities: Capabilities
+
+
+async def _memory(
     config: Config,
     shared: Shared,
     running: contextlib.AsyncExitStack,
-    listener: ChangeListener,
     metrics: Metrics,
-    own_ports: set[int],
     quotas: QuotaBook,
     usage: UsageCounters,
-) -> Services:
-    """Start every dependency (each closed by `running` on the way out) and build the servicers."""
-    embedder_loading = asyncio.create_task(open_embedder(config, shared.model, usage.count))
+    lane: Lane,
+    limits: PoolLimits,
+    grew: Callable[[str, int, int], None] = lambda namespace, dimension, entries: None,
+    prepare: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None,
+) -> _Memory:
+    """Start the database (its pool's sessions made ready by `prepare`), its replicas and the model for
+    `lane`, each closed by `running`, and build the memory servicer over them; `grew` is told of each
+    write's growth (`VectorIndexes.grew`)."""
+    embedder_loading = asyncio.create_task(open_embedder(config, shared.model, usage.count, lane))
     running.push_async_callback(_close_embedder, embedder_loading)
     await _wait_for_database(shared.owner_url, shared.database_url)
-    limits = PoolLimits(config.statement_timeout_seconds, config.database_connections_per_tenant)
-    database = await Database.open(shared.database_url, session_settings=SEARCH_SETTINGS, limits=limits)
+    database = await Database.open(
+        shared.database_url, session_settings=SEARCH_SETTINGS, limits=limits, prepare=prepare
+    )
     running.push_async_callback(database.close)
     metrics.watch_pool(database.stats)
-    indexes = VectorIndexes(shared.owner_url, config.own_index_entries)
-    running.push_async_callback(indexes.close)
-    await indexes.start()
     # Reads on the read replicas, if any: the primary keeps every write and whatever must see one.
     reading = await Databases.open(
         database,
@@ -124,12 +160,52 @@ async def build(
     if reading.replicas:
         await reading.check_replicas()
         _in_background(running, reading.watch(), "replicas")
-    # One secret of the service's, shared by every replica: page tokens and provider secrets are sealed with
-    # keys derived from it, and entries' etags and Remember's turns keyed.
+    # One secret of the service's, shared by every replica: page and read-after tokens and provider secrets
+    # are sealed with keys derived from it, and entries' etags and Remember's turns keyed.
     secret = await service_secret(shared.owner_url, "page_tokens")
-    store = PostgresMemoryStore(reading, indexes.grew, etag_key=derived_key(secret, "etags"), quotas=quotas.quota)
+    store = PostgresMemoryStore(reading, grew, etag_key=derived_key(secret, "etags"), quotas=quotas.quota)
     lifecycle = MemoryLifecycle(store)
-    providers = ProviderRepository(database, Sealer(secret, "provider secrets"), quotas.quota)
+    embedder = await embedder_loading
+    metrics.watch_embedder(embedder.counts, lane.label)
+    searcher = MemorySearcher(
+        store,
+        embedder,
+        _reranker(config, running),
+        Ranking(config.ranking),
+        observe_rerank=lambda outcome: metrics.reranker_calls.labels(outcome).inc(),
+    )
+    capabilities = Capabilities(
+        reranker=config.reranker_url != "",
+        extractor=config.extractor_url != "",
+        embedding_dimension=embedder.dimension,
+    )
+    memory = MemoryServicer(
+        store,
+        lifecycle,
+        embedder,
+        searcher,
+        PageTokens(secret),
+        Rememberer(store, lifecycle, embedder, secret, _extractor(config, running)),
+        capabilities,
+        ScopedIds(derived_key(secret, "scoped ids")),
+    )
+    return _Memory(database, reading, secret, store, lifecycle, embedder, searcher, memory, capabilities)
+
+
+async def build(
+    config: Config,
+    shared: Shared,
+    running: contextlib.AsyncExitStack,
+    listener: ChangeListener,
+    metrics: Metrics,
+    own_ports: set[int],
+    quotas: QuotaBook,
+    usage: UsageCounters,
+) -> Services:
+    """Start every dependency of a worker (each closed by `running` on the way out) and build its servicers."""
+    limits = PoolLimits(config.statement_timeout_seconds, config.database_connections_per_tenant)
+    parts = await _memory(config, shared, running, metrics, quotas, usage, Lane.QUERIES, limits)
+    providers = ProviderRepository(parts.database, Sealer(parts.secret, "provider secrets"), quotas.quota)
     # Building the policy resolves names: on a thread, as a name lookup may wait on DNS.
     policy = await asyncio.to_thread(
         EgressPolicy.from_option,
@@ -145,43 +221,59 @@ async def build(
     sandbox = Sandbox(workers=config.sandbox_workers, time_limit=config.sandbox_time_limit)
     running.push_async_callback(sandbox.close)
     await sandbox.start()
-    embedder = await embedder_loading
-    metrics.watch_embedder(embedder.counts)
-    reranker = _reranker(config, running)
-    extractor = _extractor(config, running)
-    searcher = MemorySearcher(
-        store,
-        embedder,
-        reranker,
-        Ranking(config.ranking),
-        observe_rerank=lambda outcome: metrics.reranker_calls.labels(outcome).inc(),
-    )
-    _in_background(
-        running, purge_expired(lifecycle, config.purge_interval_seconds, metrics.memories_purged.inc), "purge"
-    )
-    capabilities = Capabilities(
-        reranker=reranker is not None, extractor=extractor is not None, embedding_dimension=embedder.dimension
-    )
-    page_tokens = PageTokens(secret)
+    page_tokens = PageTokens(parts.secret)
     outcomes = ProviderOutcomes(shared.owner_url)
     outcomes.start()
     running.push_async_callback(outcomes.close)
-    await warm_up(embedder, searcher, database.min_size)
+    await warm_up(parts.embedder, parts.searcher, parts.database.min_size)
     return Services(
-        injection=InjectionServicer(searcher, directory, channels, sandbox, capabilities, outcomes),
-        memory=MemoryServicer(
-            store,
-            lifecycle,
-            embedder,
-            searcher,
-            page_tokens,
-            Rememberer(store, lifecycle, embedder, secret, extractor),
-            capabilities,
-            ScopedIds(derived_key(secret, "scoped ids")),
-        ),
+        injection=InjectionServicer(parts.searcher, directory, channels, sandbox, parts.capabilities, outcomes),
+        memory=parts.memory,
         providers=ProviderServicer(providers, directory, sandbox, page_tokens, policy),
-        embedder=embedder,
-        databases=[database, *(replica.database for replica in reading.replicas)],
+        embedder=parts.embedder,
+        databases=[parts.database, *(replica.database for replica in parts.reading.replicas)],
+        read_after=ReadAfterTokens(parts.secret),
+    )
+
+
+async def build_bulk(
+    config: Config,
+    shared: Shared,
+    running: contextlib.AsyncExitStack,
+    listener: ChangeListener,
+    metrics: Metrics,
+    quotas: QuotaBook,
+    usage: UsageCounters,
+) -> BulkServices:
+    """Start every dependency of a bulk worker (each closed by `running`): its database sessions, where they
+    are processes of this machine, at the bulk worker's own lower priority (`postgres/priority.py`); the
+    vector indexes its writes grow; the purge of expired entries."""
+    prepare = lower_priority_of_sessions(config.bulk_nice) if shared.embedded_database else None
+    indexes = VectorIndexes(shared.owner_url, config.own_index_entries, prepare=prepare)
+    running.push_async_callback(indexes.close)
+    # A tenant's bulk statements, as many at once as there are cores (`--bulk-connections-per-tenant`): more
+    # only contend for them, at no gain to the tenant and at a cost to everyone's queries; the others wait
+    # their turn, within the call's time, rather than being refused.
+    limits = PoolLimits(
+        config.statement_timeout_seconds,
+        min(
+            config.database_connections_per_tenant or config.bulk_connections_per_tenant,
+            config.bulk_connections_per_tenant,
+        ),
+        turn_seconds=config.max_call_seconds,
+    )
+    parts = await _memory(config, shared, running, metrics, quotas, usage, Lane.BULK, limits, indexes.grew, prepare)
+    await listener.start()
+    running.push_async_callback(listener.close)
+    await indexes.start()
+    _in_background(
+        running, purge_expired(parts.lifecycle, config.purge_interval_seconds, metrics.memories_purged.inc), "purge"
+    )
+    await parts.embedder.warm()
+    return BulkServices(
+        memory=parts.memory,
+        embedder=parts.embedder,
+        databases=[parts.database, *(replica.database for replica in parts.reading.replicas)],
     )
 
 
@@ -212,21 +304,22 @@ async def warm_up(embedder: BatchingEmbedder, searcher: MemorySearcher, connecti
 
 
 async def open_embedder(
-    config: Config, model: Path | None, embedded: Callable[[str, str, int], None]
+    config: Config, model: Path | None, embedded: Callable[[str, str, int], None], lane: Lane
 ) -> BatchingEmbedder:
-    """The configured embedder, with concurrent calls batched in turns per tenant (told to `embedded`)
-    and recent texts cached: the local model from its export (`model`), or, without one, the
+    """The configured embedder for `lane`, with concurrent calls batched in turns per tenant (told to
+    `embedded`) and recent texts cached: the local model from its export (`model`), or, without one, the
     OpenAI-compatible endpoint."""
     if model is None:
         from .embedding.openai_compatible import OpenAICompatibleEmbedder
 
         remote = OpenAICompatibleEmbedder(config.openai_base_url, config.openai_model, config.openai_api_key)
         await remote.start()
-        return BatchingEmbedder(remote, embedded=embedded)
+        return BatchingEmbedder(remote, lane, embedded=embedded)
     from .embedding.local import LocalEmbedder
 
     # Loading the model takes a moment of CPU: keep it off the event loop.
-    return BatchingEmbedder(await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads), embedded=embedded)
+    local = await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads)
+    return BatchingEmbedder(local, lane, embedded=embedded)
 
 
 def _reranker(config: Config, running: contextlib.AsyncExitStack) -> Reranker | None:

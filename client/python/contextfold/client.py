@@ -95,9 +95,11 @@ class _Attempts:
 
 
 # Read your writes: a call that wrote answers with a token (its commit's place in the database's
-# log) in this trailing metadata; sent with later calls, it keeps their reads from a read replica
-# that has not caught up with it. Tokens are 16 hex digits: the greater text is the later write.
+# log, sealed) in this trailing metadata; sent with later calls, it keeps their reads from a read
+# replica that has not caught up with it. Tokens are opaque, of one length: the greater text is
+# the later write.
 READ_AFTER = "x-contextfold-read-after"
+_LONGEST_TOKEN = 256
 
 
 class _Position:
@@ -114,7 +116,7 @@ class _Position:
 
     def note(self, trailing: Any) -> None:
         for key, value in trailing or ():
-            if key == READ_AFTER and isinstance(value, str) and len(value) == 16:
+            if key == READ_AFTER and isinstance(value, str) and 0 < len(value) <= _LONGEST_TOKEN:
                 with self._lock:
                     self._token = max(self._token, value)
 

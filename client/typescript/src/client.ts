@@ -167,10 +167,12 @@ export function injectRequest(messages: readonly MessageData[], options: InjectO
 
 /**
  * Read your writes: a call that wrote answers with a token (its commit's place in the database's
- * log) in this trailer; sent with later calls, it keeps their reads from a read replica that has
- * not caught up with it. Tokens are 16 hex digits: the greater text is the later write.
+ * log, sealed) in this trailer; sent with later calls, it keeps their reads from a read replica
+ * that has not caught up with it. Tokens are opaque, of one length: the greater text is the later
+ * write.
  */
 export const READ_AFTER = "x-contextfold-read-after";
+const LONGEST_TOKEN = 256;
 
 /** An interceptor that sends the latest token it was given with every call (one per client). */
 export function readingYourWrites(): Interceptor {
@@ -180,7 +182,9 @@ export function readingYourWrites(): Interceptor {
     const response = await next(request);
     if (!response.stream) {
       const token = response.trailer.get(READ_AFTER);
-      if (token !== null && token.length === 16 && token > latest) latest = token;
+      if (token !== null && token.length > 0 && token.length <= LONGEST_TOKEN && token > latest) {
+        latest = token;
+      }
     }
     return response;
   };

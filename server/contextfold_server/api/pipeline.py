@@ -5,10 +5,12 @@ answer's initial metadata); a server span joined to the caller's W3C trace conte
 readiness (UNAVAILABLE while the database or the model is starting); load shedding
 (RESOURCE_EXHAUSTED past the limit of calls in flight, rather than a queue that grows
 without bound); the caller's API key, namespace and role, and whether it may make the
-call (`access/policy.py`); the call's deadline (`call.py`), once; then the servicer.
-Whatever the servicer raises leaves here as its status, in one place: a service error
-with its details, anything else as INTERNAL. Each call ends with its metrics and one
-JSON log line, which says (`loop_stall_ms`) when the call waited on a busy event loop.
+call (`access/policy.py`); the call's deadline (`call.py`), once; then the servicer, or,
+for a bulk call (`methods.py`), a bulk worker, which the call's bytes are forwarded to unread
+(`lanes.py`). Whatever the servicer raises leaves here as its status, in one place: a service
+error with its details, a bulk worker's status as it sent it, anything else as INTERNAL. Each
+call ends with its metrics and one JSON log line, which says (`loop_stall_ms`) when the call
+waited on a busy event loop.
 Health and reflection calls pass straight through.
 """
 
@@ -25,8 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from contextfold.v1 import injection_pb2, memory_pb2, provider_pb2
-from google.protobuf import descriptor_pb2
+from contextfold.v1 import injection_pb2
 from google.protobuf.message import DecodeError
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -47,38 +48,21 @@ from ..observe.loop_lag import NOTEWORTHY, LoopLagMonitor
 from ..observe.metrics import Metrics
 from ..observe.tracing import context_from_metadata, tracer
 from ..observe.usage import UsageCounters
-from ..postgres.consistency import CALL_POSITION, TOKEN_HEADER, CallPosition, parse_token, token
+from ..postgres.consistency import CALL_POSITION, TOKEN_HEADER, CallPosition, ReadAfterTokens
 from .admission import Admission
 from .call import CALL, Call, CallLimits, deadline_for
+from .codec import Codec
 from .fields import malformed
+from .lanes import BulkLane, Relayed
+from .methods import BULK_METHODS, INJECT, READ_ONLY_METHODS, STREAMING_METHODS
 from .readiness import Readiness
 from .shape import check_inject_shape
 from .status import abort_with
 
 logger = logging.getLogger(__name__)
 
-INJECT = "/contextfold.v1.InjectionService/Inject"
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
-
-def _methods_where(test: Callable[[Any], bool]) -> frozenset[str]:
-    """The full names of contextfold's methods whose descriptor passes `test`."""
-    return frozenset(
-        f"/{service.full_name}/{method.name}"
-        for file in (injection_pb2.DESCRIPTOR, memory_pb2.DESCRIPTOR, provider_pb2.DESCRIPTOR)
-        for service in file.services_by_name.values()
-        for method in service.methods
-        if test(method)
-    )
-
-
-# Calls that change nothing, as the protos declare them (`idempotency_level = NO_SIDE_EFFECTS`): only
-# their reads may go to a read replica. A write's reads are on the primary, which holds what it checks.
-READ_ONLY_METHODS = _methods_where(
-    lambda method: method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
-)
-# Streams have no longest time: they are ended when they stop moving (`CallLimits.stream_idle_seconds`).
-STREAMING_METHODS = _methods_where(lambda method: method.client_streaming or method.server_streaming)
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
@@ -94,8 +78,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         readiness: Readiness,
         lag: LoopLagMonitor,
         limits: CallLimits,
+        bulk: BulkLane,
     ) -> None:
         self._metrics = metrics
+        self._bulk = bulk
+        # Set once the worker has read the service's secret, before it takes calls (`serve_with`).
+        self._read_after: ReadAfterTokens | None = None
         self._lag = lag
         self._admission = admission
         self._quotas = quotas
@@ -107,6 +95,10 @@ class CallPipeline(grpc.aio.ServerInterceptor):
     @property
     def in_flight(self) -> int:
         return self._admission.in_flight
+
+    def serve_with(self, read_after: ReadAfterTokens) -> None:
+        """What the pipeline needs of the started worker: the read-after tokens, sealed with its secret."""
+        self._read_after = read_after
 
     async def intercept_service(
         self,
@@ -121,12 +113,23 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             # Health and reflection: decoded here too, so a request that does not parse is the
             # caller's INVALID_ARGUMENT, not gRPC's UNKNOWN naming a Python exception.
             return _decoding_requests(handler)
-        codec = _Codec(handler.request_deserializer, handler.response_serializer, _SHAPE_CHECKS.get(method))
+        codec = Codec(handler.request_deserializer, handler.response_serializer, _SHAPE_CHECKS.get(method))
+        forwarded = method in BULK_METHODS
         idle = self._limits.stream_idle_seconds
-        # Bytes in, bytes out: the pipeline decodes and encodes, so a large message is
-        # parsed off the event loop and one that does not parse is the caller's error.
+        # Bytes in, bytes out: the pipeline decodes and encodes an interactive call's messages (so one that
+        # does not parse is the caller's error), and passes a bulk call's on to a bulk worker unread.
         if handler.unary_unary is not None:
             behavior: Behavior = handler.unary_unary
+
+            async def answer(data: bytes, context: grpc.aio.ServicerContext, outcome: dict[str, Any]) -> bytes:
+                if forwarded:
+                    return await self._bulk.unary(method, data, self._forwarded_timeout(method, context))
+                response = await behavior(codec.decode(data), context)
+                if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
+                    self._metrics.observe_injection(CALL.get().namespace, response.report)
+                    self._usage.count(CALL.get().namespace, "tokens_injected", response.report.total_tokens)
+                    outcome.update(_injection_fields(response.report))
+                return codec.encode(response)
 
             async def serve(data: bytes, context: grpc.aio.ServicerContext) -> bytes | None:
                 async with self._call(method, context) as outcome:
@@ -134,7 +137,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     bounded = asyncio.timeout(longest)
                     try:
                         async with bounded:
-                            response = await behavior(codec.decode(data), context)
+                            encoded = await answer(data, context, outcome)
                     except TimeoutError:
                         if not bounded.expired():
                             raise
@@ -142,11 +145,6 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                             "CALL_TOO_LONG",
                             f"the call set no deadline and ran past the server's longest, {longest:g} s",
                         ) from None
-                    if method == INJECT and isinstance(response, injection_pb2.InjectResponse):
-                        self._metrics.observe_injection(CALL.get().namespace, response.report)
-                        self._usage.count(CALL.get().namespace, "tokens_injected", response.report.total_tokens)
-                        outcome.update(_injection_fields(response.report))
-                    encoded = codec.encode(response)
                     # Headers go with the answer, not before: a call cut off before it answers has sent
                     # nothing, so a proxy may still retry it on another replica.
                     await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
@@ -154,40 +152,47 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 return None
 
             return grpc.unary_unary_rpc_method_handler(serve)
+        # Every stream is bulk work (`methods.py`): its messages go to and come from a bulk worker as they are.
         if handler.unary_stream is not None:
-            streaming = handler.unary_stream
 
             async def serve_stream(data: bytes, context: grpc.aio.ServicerContext) -> None:
-                async with self._call(method, context):
-                    request = codec.decode(data)
+                async with (
+                    self._call(method, context),
+                    contextlib.aclosing(self._bulk.answers(method, data, context.time_remaining())) as answers,
+                ):
                     await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
-                    async for response in streaming(request, context):
+                    async for encoded in answers:
                         # An answer the caller does not read in time ends the stream: it holds a slot.
-                        await self._within(idle, context.write(codec.encode(response)), "no answer was read")
+                        await self._within(idle, context.write(encoded), "no answer was read")
 
             return grpc.unary_stream_rpc_method_handler(serve_stream)
         if handler.stream_unary is not None:
-            receiving = handler.stream_unary
 
             async def serve_requests(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes | None:
                 async with self._call(method, context):
 
-                    async def decoded() -> AsyncIterator[Any]:
+                    async def received() -> AsyncIterator[bytes]:
                         incoming = aiter(requests)
                         while True:
                             try:
                                 data = await self._within(idle, anext(incoming), "no request came")
                             except StopAsyncIteration:
                                 return
-                            yield codec.decode(data)
+                            yield data
 
-                    encoded = codec.encode(await receiving(decoded(), context))
+                    encoded = await self._bulk.gathered(method, received(), context.time_remaining())
                     await context.send_initial_metadata((("x-request-id", CALL.get().request_id),))
                     return encoded
                 return None
 
             return grpc.stream_unary_rpc_method_handler(serve_requests)
         raise TypeError(f"{method}: contextfold has no bidirectional streaming methods")
+
+    def _forwarded_timeout(self, method: str, context: grpc.aio.ServicerContext) -> float | None:
+        """A forwarded unary call's deadline: the caller's; for a call that set none, a moment past the
+        server's longest, so the worker's own limit ends it first (CALL_TOO_LONG)."""
+        longest = self._longest(method, context)
+        return context.time_remaining() if longest is None else longest + 1.0
 
     @contextlib.asynccontextmanager
     async def _call(self, method: str, context: grpc.aio.ServicerContext) -> AsyncIterator[dict[str, Any]]:
@@ -211,7 +216,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             try:
                 caller = self._admit(method, [value for key, value in metadata if key == "authorization"])
                 span.set_attribute("contextfold.namespace", caller.namespace)
-                position = _call_position(method, sent.get(TOKEN_HEADER))
+                position = self._call_position(method, caller.namespace, sent.get(TOKEN_HEADER))
                 try:
                     self._quotas.take(caller.namespace, writes=method not in READ_ONLY_METHODS)
                     self._admission.enter(caller.namespace)
@@ -229,9 +234,10 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 position_token = CALL_POSITION.set(position)
                 try:
                     yield outcome
-                    if position.written:
+                    if position.written and self._read_after is not None:
                         # The caller's next calls read this write, on whichever database answers.
-                        context.set_trailing_metadata(((TOKEN_HEADER, token(position.written)),))
+                        sealed = self._read_after.token(caller.namespace, position.written, position.written_at)
+                        context.set_trailing_metadata(((TOKEN_HEADER, sealed),))
                 finally:
                     CALL.reset(call_token)
                     CALL_POSITION.reset(position_token)
@@ -241,6 +247,8 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                         outcome["database"] = position.answered_by
             except ServiceError as error:
                 await abort_with(context, error)
+            except Relayed as relayed:
+                await context.abort(relayed.code, relayed.details, relayed.trailers)
             except (grpc.aio.AbortError, GeneratorExit, asyncio.CancelledError):
                 raise
             except Exception:
@@ -287,6 +295,19 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             self._metrics.idle_streams.inc()
             raise StreamIdle("STREAM_IDLE", f"the stream moved nothing for {seconds:g} s ({what}): ended") from None
 
+    def _call_position(self, method: str, namespace: str, sent_token: str | None) -> CallPosition:
+        """The call's position: how far its reads must see (the caller's token, opened for its namespace),
+        and whether they may go to a read replica at all (a call that changes nothing)."""
+        position = CallPosition(replicas_allowed=method in READ_ONLY_METHODS)
+        if sent_token is not None and self._read_after is not None:
+            opened = self._read_after.open(namespace, sent_token)
+            if opened is None:
+                raise InvalidArgument.of(
+                    TOKEN_HEADER, "is not a read-after token of this namespace's: send the one a write returned"
+                )
+            position.read_after, position.read_after_at = opened
+        return position
+
     def _admit(self, method: str, authorizations: list[str]) -> Caller:
         """The caller, if the call may go ahead: raises the status that says why not."""
         if not self._readiness.taking_calls:
@@ -303,50 +324,6 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             raise Unauthenticated("API_KEY_INVALID", "the API key is not valid, or it was revoked")
         authorize(method, caller)
         return caller
-
-
-def _call_position(method: str, sent_token: str | None) -> CallPosition:
-    """The call's position: how far its reads must see (the caller's token), and whether they may
-    go to a read replica at all (a call that changes nothing)."""
-    read_after = 0
-    if sent_token is not None:
-        parsed = parse_token(sent_token)
-        if parsed is None:
-            raise InvalidArgument.of(TOKEN_HEADER, "must be the token a write returned: 16 hexadecimal digits")
-        read_after = parsed
-    return CallPosition(read_after=read_after, replicas_allowed=method in READ_ONLY_METHODS)
-
-
-class _Codec:
-    """A method's request decoding and response encoding.
-
-    protobuf's C parser holds the interpreter for a whole message, on whatever thread
-    it runs, so a thread would not free the event loop: what bounds the time instead
-    is the request size limit and the caps on what a request holds, checked on a large
-    Inject before it is parsed (`shape.py`). Decoding here rather than in gRPC makes a
-    message that does not parse the caller's INVALID_ARGUMENT.
-    """
-
-    def __init__(
-        self,
-        decode: Callable[[bytes], Any],
-        encode: Callable[[Any], bytes],
-        check_shape: Callable[[bytes], None] | None,
-    ) -> None:
-        self._decode = decode
-        self._encode = encode
-        self._check_shape = check_shape
-
-    def decode(self, data: bytes) -> Any:
-        if self._check_shape is not None:
-            self._check_shape(data)
-        try:
-            return self._decode(data)
-        except DecodeError as error:
-            raise malformed(error) from None
-
-    def encode(self, response: Any) -> bytes:
-        return self._encode(response)
 
 
 def _decoding_requests(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

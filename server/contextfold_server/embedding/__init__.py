@@ -11,6 +11,11 @@ class Embedder(Protocol):
     name: str
     dimension: int
 
+    async def token_counts(self, texts: list[str]) -> list[int]:
+        """What each text costs in a batch: its tokens, as the model reads them (a batch is padded to its
+        longest)."""
+        ...
+
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
 
     async def close(self) -> None: ...

@@ -122,8 +122,9 @@ class MemoryLifecycle:
                     values[name] = np.asarray(change.vector, dtype=np.float32)
                 else:
                     values[name] = getattr(change, name)
-                column = "embedding" if name == "vector" else name
-                assignments.append(f"{column} = %({name})s")
+                # A vector goes in binary, as pgvector reads it: as text, it is a float formatted at a time.
+                column, form = ("embedding", "b") if name == "vector" else (name, "s")
+                assignments.append(f"{column} = %({name}){form}")
             cursor = await conn.execute(
                 f"UPDATE {SCHEMA}.memories SET {', '.join(assignments)}"
                 f" WHERE namespace = %(namespace)s AND id = %(id)s RETURNING {MEMORY_COLUMNS}",

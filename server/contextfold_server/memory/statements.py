@@ -131,8 +131,8 @@ def search_statement(dimension: int, where: str, exact: bool = False) -> str:
 
 # The distance the dimension's vector index serves (over its own cast), and the same distance uncast, which it
 # does not: a statement ordering by the second weighs every entry its conditions leave.
-_INDEXED_DISTANCE = "((m.embedding::vector({dim})) <=> %(vector)s)::float8"
-_EXACT_DISTANCE = "(m.embedding <=> %(vector)s)::float8"
+_INDEXED_DISTANCE = "((m.embedding::vector({dim})) <=> %(vector)b)::float8"
+_EXACT_DISTANCE = "(m.embedding <=> %(vector)b)::float8"
 
 
 # The query's words (the entries' `lexemes`: English stemming, names and numbers kept whole), each
@@ -181,7 +181,7 @@ def candidates_statement(dimension: int, where: str, each_store: bool, exact: bo
         " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
         if each_store
         # The function is read where it is called, not through a CTE: a CTE copies what it returns.
-        else " SELECT * FROM {nearest}(%(namespace)s, {dim}, %(vector)s,"
+        else " SELECT * FROM {nearest}(%(namespace)s, {dim}, %(vector)b,"
         " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
         " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s)"
     )
@@ -240,12 +240,12 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> st
 @functools.lru_cache(maxsize=32)
 def neighbours_statement(where: str) -> str:
     """The entries written just before and just after each of `%(ids)s` in its store and session (by
-    `seq`), within the entries' conditions (`entries_where`), with their distance to `%(vector)s` and the
+    `seq`), within the entries' conditions (`entries_where`), with their distance to `%(vector)b` and the
     id they are beside (`beside`). Entries in no session have none. Each is one step of the sessions'
     index (migration 16), whose predicate the statement repeats (`m.session_id <> ''`): the planner
     does not carry it over from `c`."""
     side = (
-        " (SELECT {columns}, (m.embedding <=> %(vector)s)::float8 AS distance FROM {memories} m"
+        " (SELECT {columns}, (m.embedding <=> %(vector)b)::float8 AS distance FROM {memories} m"
         " WHERE m.namespace = c.namespace AND m.store = c.store AND m.session_id = c.session_id"
         " AND m.session_id <> ''"
         " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
@@ -302,7 +302,7 @@ _ENTRY_COLUMNS = (
 )
 _ENTRY_ARRAYS = (
     "%(ids)s::text[], %(stores)s::text[], %(contents)s::text[], %(metadata)s::jsonb[], %(user_ids)s::text[],"
-    " %(agent_ids)s::text[], %(session_ids)s::text[], %(embeddings)s::vector[], %(create_times)s::timestamptz[],"
+    " %(agent_ids)s::text[], %(session_ids)s::text[], %(embeddings)b::vector[], %(create_times)s::timestamptz[],"
     " %(update_times)s::timestamptz[], %(expire_times)s::timestamptz[]"
 )
 

@@ -71,7 +71,7 @@ class _CallerCausedErrors(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    def __init__(self, worker: int | None) -> None:
+    def __init__(self, worker: int | str | None) -> None:
         super().__init__()
         # Which worker process wrote the line; None in the supervisor.
         self._worker = worker
@@ -91,7 +91,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def configure_logging(level: str, format: str, worker: int | None = None) -> None:
+def configure_logging(level: str, format: str, worker: int | str | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if format == "json":
         handler.setFormatter(JsonFormatter(worker))

@@ -55,19 +55,23 @@ class _PoolCollector(Collector):
 
 
 _EMBEDDING_HELP = {
-    "model_calls": "Calls to the embedding model (concurrent texts share one call)",
-    "texts": "Texts the embedding model embedded; over model calls, the mean batch",
-    "cache_hits": "Texts answered from the cache of recent embeddings, without the model",
+    "model_calls": "Calls to the embedding model (concurrent texts share one call), by lane (queries, bulk)",
+    "texts": "Texts the embedding model embedded, by lane; over model calls, the mean batch",
+    "padded_tokens": "Tokens of the embedding model's batches, each padded to its longest text, by lane",
+    "cache_hits": "Texts answered from the cache of recent embeddings, without the model, by lane",
 }
 
 
 class _EmbedderCollector(Collector):
-    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+    def __init__(self, counts: Callable[[], dict[str, int]], lane: str) -> None:
         self._counts = counts
+        self._lane = lane
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         for name, value in self._counts().items():
-            yield CounterMetricFamily(f"contextfold_embedding_{name}", _EMBEDDING_HELP[name], value=value)
+            family = CounterMetricFamily(f"contextfold_embedding_{name}", _EMBEDDING_HELP[name], labels=["lane"])
+            family.add_metric([self._lane], value)
+            yield family
 
 
 # Loop lag: a healthy loop is late by well under a millisecond; a quarter second is an outage.
@@ -75,7 +79,7 @@ _LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 
 
 class Metrics:
-    def __init__(self, worker: int = 0, tenants: frozenset[str] = frozenset()) -> None:
+    def __init__(self, worker: int | str = 0, tenants: frozenset[str] = frozenset()) -> None:
         self.registry = CollectorRegistry()
         self._worker = str(worker)
         # The namespaces labelled by name in the usage metric (`*`: every one); the rest are "other".
@@ -185,8 +189,8 @@ class Metrics:
     def watch_pool(self, stats: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_PoolCollector(stats))
 
-    def watch_embedder(self, counts: Callable[[], dict[str, int]]) -> None:
-        self.registry.register(_EmbedderCollector(counts))
+    def watch_embedder(self, counts: Callable[[], dict[str, int]], lane: str) -> None:
+        self.registry.register(_EmbedderCollector(counts, lane))
 
     def tenant(self, namespace: str) -> str:
         """A namespace as the metrics label it: by name if the operator allowed it, else "other"."""

@@ -11,10 +11,11 @@ unprivileged service role.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import itertools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,8 +27,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import ServiceError, StatementTimeout, Unavailable
-from .consistency import CALL_POSITION, lsn_value
+from ..errors import DeadlineReached, ServiceError, StatementTimeout, Unavailable
+from .consistency import CALL_POSITION, POSITION_NOW, lsn_value
 from .roles import bypasses_row_security
 from .schema import NAMESPACE_SETTING, SERVICE_ROLE
 
@@ -62,10 +63,12 @@ async def _set_all(conn: Connection, settings: Mapping[str, str]) -> None:
 class PoolLimits:
     """What one call's database work may take: each statement at most `statement_seconds` (and never
     past the call's deadline), and one namespace at most `per_tenant` of the pool's connections at
-    once (None: all of them), so one tenant's slow reads never hold every connection."""
+    once (None: all of them), so one tenant's slow reads never hold every connection; a call waits
+    for its turn at a connection `turn_seconds` at most (then UNAVAILABLE, `TENANT_CONNECTIONS`)."""
 
     statement_seconds: float = 10.0
     per_tenant: int | None = None
+    turn_seconds: float = 2.0
 
 
 class Database:
@@ -73,7 +76,7 @@ class Database:
         self.conninfo = conninfo
         self._pool = pool
         self._limits = limits
-        self._turns = _TenantTurns(limits.per_tenant, timeout=pool.timeout)
+        self._turns = _TenantTurns(pool.max_size, limits.per_tenant, timeout=limits.turn_seconds)
         self._checking: asyncio.Task[None] | None = None
         # With read replicas (set by `Databases.open`): each transaction's commit notes its WAL
         # position on the call's `CallPosition`, so the caller can read its writes from a replica.
@@ -88,11 +91,15 @@ class Database:
         max_size: int = 10,
         wait: bool = True,
         limits: PoolLimits = PoolLimits(),
+        prepare: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None,
     ) -> Database:
-        """The pool; each new connection runs `session_settings` (SQL `SET`s) once. Without `wait`,
-        the pool connects in the background (a read replica that is down must not stop a start)."""
+        """The pool; each new connection runs `session_settings` (SQL `SET`s) once, and is given to
+        `prepare`, if any. Without `wait`, the pool connects in the background (a read replica that is
+        down must not stop a start)."""
 
         async def configure(conn: psycopg.AsyncConnection) -> None:
+            if prepare is not None:
+                await prepare(conn)
             await register_vector_async(conn)
             if session_settings:
                 await conn.execute(session_settings)
@@ -172,19 +179,25 @@ class Database:
 
     def _statement_ms(self) -> int:
         limit = self._limits.statement_seconds
-        position = CALL_POSITION.get()
-        if position is not None and position.deadline is not None:
-            limit = min(limit, position.deadline - asyncio.get_running_loop().time())
+        left = _deadline_left()
+        if left is not None:
+            limit = min(limit, left)
         return max(1, int(limit * 1000))
 
     def refusal(self, error: BaseException) -> ServiceError:
-        """What a caller is told of a database error: a statement cut off by its time, the database out
-        of reach (a lost connection, checked at once with the others), or no connection free in time."""
+        """What a caller is told of a database error: a statement cut off by the caller's deadline or by the
+        server's longest, the database out of reach (a lost connection, checked at once with the others),
+        or no connection free in time."""
         if isinstance(error, psycopg.errors.QueryCanceled):
+            left = _deadline_left()
+            if left is not None and left < self._limits.statement_seconds and left <= _DEADLINE_SLACK:
+                return DeadlineReached(
+                    "DEADLINE_EXCEEDED", "the call's deadline came before its database work was done: nothing is kept"
+                )
             return StatementTimeout(
                 "STATEMENT_TIMEOUT",
-                "the call's database work passed its time (the server's longest statement, or what the"
-                " caller's deadline left): narrow its filter or scope, or give it more time",
+                f"a statement of the call passed its time, the server's longest ({self._limits.statement_seconds:g} s):"
+                " narrow its filter or scope; nothing is kept",
             )
         if isinstance(error, psycopg.OperationalError):
             self._connection_lost()
@@ -263,11 +276,11 @@ class NamespaceConnection:
                 await conn.execute("COMMIT" if exc is None else "ROLLBACK")
                 if call is not None:
                     # In the same round trip as the COMMIT: the WAL reaches at least its record.
-                    position = await conn.execute("SELECT pg_current_wal_lsn()::text AS lsn")
+                    position = await conn.execute(POSITION_NOW)
             if self._pipeline is not None:
                 await self._pipeline.__aexit__(exc_type, exc, tb)
             if call is not None and position is not None and (row := await position.fetchone()) is not None:
-                call.wrote(lsn_value(row["lsn"]))
+                call.wrote(lsn_value(row["lsn"]), int(row["at"]))
         except psycopg.Error as error:
             ending = error
         finally:
@@ -281,43 +294,100 @@ class NamespaceConnection:
             raise ending
 
 
+# A statement cut off within this of the call's deadline was cut off by it (the cancel's own round trip).
+_DEADLINE_SLACK = 0.005
+
+
+def _deadline_left() -> float | None:
+    """Seconds left before the current call's deadline (negative once past); None without one."""
+    position = CALL_POSITION.get()
+    if position is None or position.deadline is None:
+        return None
+    return position.deadline - asyncio.get_running_loop().time()
+
+
 class _NoTurn(TimeoutError):
     """A namespace's share of the pool's connections stayed taken for as long as a caller waits."""
 
 
 class _TenantTurns:
-    """Each namespace's share of the pool: at most `per_tenant` of its connections at once, waited for
-    as long as the pool itself is (then UNAVAILABLE, `TENANT_CONNECTIONS`); None: no share, no wait."""
+    """Each namespace's turns at the pool's connections. A namespace holds at most `per_tenant` of them at
+    once (None: no share of its own), and while every connection is taken, the next one freed goes to the
+    waiting namespace that holds the fewest (the longest waiting among those): a tenant with many callers
+    waits for its own turns, and another's one caller is served next, whatever the first has queued. A
+    caller waits `timeout` at most (then UNAVAILABLE, `TENANT_CONNECTIONS`)."""
 
-    def __init__(self, per_tenant: int | None, timeout: float) -> None:
-        self._per_tenant = per_tenant
+    def __init__(self, size: int, per_tenant: int | None, timeout: float) -> None:
+        self._size = size
+        self._per_tenant = per_tenant or size
         self._timeout = timeout
-        # Each namespace that holds or awaits a turn: its share, and how many hold or await one.
-        self._shares: dict[str, tuple[asyncio.Semaphore, int]] = {}
-
-    def turn(self, namespace: str) -> AbstractAsyncContextManager[None]:
-        return contextlib.nullcontext() if self._per_tenant is None else self._turn(namespace, self._per_tenant)
+        self._held: collections.Counter[str] = collections.Counter()
+        self._taken = 0
+        # Each namespace's callers waiting for a turn, first come first; the namespaces in the order they came.
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
 
     @contextlib.asynccontextmanager
-    async def _turn(self, namespace: str, per_tenant: int) -> AsyncIterator[None]:
-        share, users = self._shares.get(namespace) or (asyncio.Semaphore(per_tenant), 0)
-        self._shares[namespace] = (share, users + 1)
+    async def turn(self, namespace: str) -> AsyncIterator[None]:
+        await self._take(namespace)
         try:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    await share.acquire()
-            except TimeoutError:
-                raise _NoTurn(
-                    f"this namespace holds {per_tenant} of the database's connections, its share: retry"
-                ) from None
-            try:
-                yield
-            finally:
-                share.release()
+            yield
         finally:
-            # Forgotten once no one holds or awaits it: a namespace idle costs nothing.
-            share, users = self._shares[namespace]
-            if users == 1:
-                del self._shares[namespace]
+            self._give_back(namespace)
+
+    async def _take(self, namespace: str) -> None:
+        if self._taken < self._size and self._held[namespace] < self._per_tenant and not self._waiting:
+            self._grant(namespace)
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(namespace, collections.deque()).append(turn)
+        self._hand_out()
+        try:
+            async with asyncio.timeout(self._timeout):
+                await asyncio.shield(turn)
+        except (TimeoutError, asyncio.CancelledError) as error:
+            if turn.done() and not turn.cancelled():
+                # Granted as the wait ended: the turn is given back, to whoever waits next.
+                self._give_back(namespace)
             else:
-                self._shares[namespace] = (share, users - 1)
+                turn.cancel()
+                self._forget(namespace, turn)
+            if isinstance(error, TimeoutError):
+                share = self._per_tenant if self._per_tenant < self._size else None
+                raise _NoTurn(
+                    f"this namespace holds {share} of the database's connections, its share: retry"
+                    if share is not None and self._held[namespace] >= share
+                    else "every database connection stayed taken: retry"
+                ) from None
+            raise
+
+    def _grant(self, namespace: str) -> None:
+        self._held[namespace] += 1
+        self._taken += 1
+
+    def _give_back(self, namespace: str) -> None:
+        self._taken -= 1
+        self._held[namespace] -= 1
+        if not self._held[namespace]:
+            del self._held[namespace]
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        """Free connections to the waiting namespaces that hold the fewest, within their shares."""
+        while self._taken < self._size:
+            eligible = [name for name in self._waiting if self._held[name] < self._per_tenant]
+            if not eligible:
+                return
+            # min keeps the first of equals: the namespace waiting longest.
+            namespace = min(eligible, key=lambda name: self._held[name])
+            turn = self._waiting[namespace].popleft()
+            if not self._waiting[namespace]:
+                del self._waiting[namespace]
+            self._grant(namespace)
+            turn.set_result(None)
+
+    def _forget(self, namespace: str, turn: asyncio.Future[None]) -> None:
+        queue = self._waiting.get(namespace)
+        if queue is not None and turn in queue:
+            queue.remove(turn)
+            if not queue:
+                del self._waiting[namespace]

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from ..errors import Unavailable
-from .consistency import CALL_POSITION, lsn_value
+from .consistency import CALL_POSITION, POSITION_NOW, CallPosition, lsn_value
 from .pool import Database, NamespaceConnection, Params, PoolLimits, Query, Read
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ class Databases:
 
         # The primary's position at each recent check, oldest first, as long as a replica lacks it.
         self._positions: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)
+        # The primary's clock and position at the last check that read them (microseconds, WAL position).
+        self._primary_at = (0, 0)
 
     @classmethod
     async def open(
@@ -109,13 +111,22 @@ class Databases:
         call = CALL_POSITION.get()
         if not self.replicas or call is None or not call.replicas_allowed:
             return None
-        position = call.needed()
+        position = max(self._reached(call), call.written)
         start = next(self._turns)
         for offset in range(len(self.replicas)):
             replica = self.replicas[(start + offset) % len(self.replicas)]
             if replica.serves(position, self._max_lag):
                 return replica
         return None
+
+    def _reached(self, call: CallPosition) -> int:
+        """The position the caller's token asks the reads to see, capped at what the primary had reached at
+        a check after the token was issued: only a primary that changed (a standby promoted before it had
+        replayed that far) has not, and its reads must not wait for a position it may never reach."""
+        at, reached = self._primary_at
+        if call.read_after > reached and at >= call.read_after_at > 0:
+            return reached
+        return call.read_after
 
     def _answered(self, name: str) -> None:
         call = CALL_POSITION.get()
@@ -169,8 +180,9 @@ class Databases:
             return
         try:
             async with asyncio.timeout(CHECK_TIMEOUT):
-                (row,) = await self.primary.read("", "SELECT pg_current_wal_lsn()::text AS lsn", ())
-            self._positions.append((time.monotonic(), lsn_value(row["lsn"])))
+                (row,) = await self.primary.read("", POSITION_NOW, ())
+            self._primary_at = (int(row["at"]), lsn_value(row["lsn"]))
+            self._positions.append((time.monotonic(), self._primary_at[1]))
         except (Unavailable, psycopg.Error, TimeoutError):
             pass  # the primary's position unknown: lags are measured against what was known
         await asyncio.gather(*(self._check(replica) for replica in self.replicas))

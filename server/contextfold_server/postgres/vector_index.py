@@ -32,6 +32,7 @@ import asyncio
 import hashlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 
 import psycopg
 from psycopg import sql
@@ -63,8 +64,15 @@ def index_name(namespace: str, dimension: int) -> str:
 
 
 class VectorIndexes:
-    def __init__(self, conninfo: str, own_index_entries: int = OWN_INDEX_ENTRIES) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        own_index_entries: int = OWN_INDEX_ENTRIES,
+        prepare: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None = None,
+    ) -> None:
         self._conninfo = conninfo
+        # What makes each session ready before it counts or builds (a bulk worker lowers its priority).
+        self._prepare = prepare
         self._size = own_index_entries
         # (namespace, dimension) known to have a valid index: told of their growth, nothing is done.
         self._ready: set[tuple[str, int]] = set()
@@ -131,7 +139,7 @@ class VectorIndexes:
                     if not forced:
                         # A write tells of its growth before it commits: counted once it has.
                         await asyncio.sleep(COUNT_AFTER_SECONDS)
-                    async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+                    async with await self._connect() as conn:
                         ready = await self._settle(conn, key, forced)
                     if forced and not ready:
                         # Another worker or replica holds the build lock: whoever waits for this index waits on.
@@ -191,8 +199,14 @@ class VectorIndexes:
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_BUILD_LOCK,))
 
+    async def _connect(self) -> psycopg.AsyncConnection:
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        if self._prepare is not None:
+            await self._prepare(conn)
+        return conn
+
     async def _start_up(self) -> None:
-        async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+        async with await self._connect() as conn:
             cursor = await conn.execute(
                 f"SELECT namespace FROM {SCHEMA}.tenant_usage GROUP BY namespace HAVING sum(entries) >= %s",
                 (self._size,),
