@@ -56,7 +56,7 @@ TARGET_FLOOD = 0.8
 # The bystander's pace: a model call every 50 ms, from one caller.
 PACE_SECONDS = 0.05
 # How long each flood's rate is measured alone, before and after the bystander's calls.
-ALONE_SECONDS = 4.0
+ALONE_SECONDS = 8.0
 LONG_TEXT = (
     "Notes from the planning meeting: the team reviewed the launch checklist, the open incidents and the"
     " budget for the next quarter, and agreed who follows up on each item before the review on Friday. "

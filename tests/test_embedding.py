@@ -92,16 +92,21 @@ class RecordingModel:
 
     name, dimension = "recording", 2
 
-    def __init__(self, fails_first: bool = False) -> None:
+    def __init__(self, fails_first: bool = False, batches_at_once: int = 1) -> None:
         self.batches: list[list[str]] = []
         self._fails = fails_first
+        self.batches_at_once = batches_at_once
+        self.running = self.most_running = 0
 
     async def token_counts(self, texts: list[str]) -> list[int]:
         return [len(text.split()) or 1 for text in texts]
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         self.batches.append(list(texts))
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
         await asyncio.sleep(0.02)
+        self.running -= 1
         if self._fails:
             self._fails = False
             raise ConnectionError("the embedding service went away")
@@ -177,6 +182,21 @@ def test_texts_are_batched_with_others_of_like_length_in_turns_per_tenant() -> N
         # Each batch of short texts holds both tenants' in turns, not one tenant's first.
         short = [batch for batch in batches if len(batch[0].split()) == 8]
         assert {text[0] for text in short[0]} == {"a", "b"}
+
+    asyncio.run(run())
+
+
+def test_a_model_that_runs_batches_side_by_side_is_given_that_many_and_no_more() -> None:
+    async def run() -> None:
+        model = RecordingModel(batches_at_once=2)
+        batching = BatchingEmbedder(model, Lane.BULK)
+        texts = [words(256, f"long{n}") for n in range(12)]
+        vectors = await asyncio.gather(*(batching.embed([text], tenant=f"t{n % 3}") for n, text in enumerate(texts)))
+        assert vectors == [[[float(len(text)), 1.0]] for text in texts]
+        # Two batches ran at once, never three; every batch within the lane's tokens.
+        assert model.most_running == 2
+        assert all(len(batch) <= 2 for batch in model.batches)
+        assert sum(map(len, model.batches)) == 12
 
     asyncio.run(run())
 

@@ -89,8 +89,9 @@ def test_a_query_and_a_writes_texts_never_share_a_batch(lanes: ServerProcess) ->
 
 
 def _import_in_bulk(address: str, store: str, rounds: int) -> None:
-    """Imports of 2,000 entries with vectors of 384 dimensions (one call, four parts), from a process of their
-    own: building them takes the interpreter, which in the test's process would hold up the checks it times."""
+    """Imports of 2,000 entries with vectors of 384 dimensions (one call, four parts), then adds of 2,000,
+    from a process of their own: building them takes the interpreter, which in the test's process would hold
+    up the checks it times."""
     rng = random.Random(os.getpid())
     parts = [
         [
@@ -105,9 +106,17 @@ def _import_in_bulk(address: str, store: str, rounds: int) -> None:
         for _ in range(rounds):
             imported = cf.import_memories(memory_pb2.ImportMemoriesRequest(memories=memories) for memories in parts)
             assert imported.added_count + imported.unchanged_count == 2000
+        for half in range(2):  # 1,000 entries, the most one add takes
+            added = cf.add_memories(
+                store,
+                [{"content": f"added {half}-{n}", "vector": [rng.random() for _ in range(384)]} for n in range(1000)],
+            )
+            assert len(added) == 1000
 
 
-def test_a_bulk_import_of_2000_entries_leaves_health_answering_within_50_ms(lanes: ServerProcess) -> None:
+def test_a_bulk_import_and_a_bulk_add_of_2000_entries_leave_health_answering_within_50_ms(
+    lanes: ServerProcess,
+) -> None:
     store = unique("bulk")
     with Client(lanes.address, timeout=60) as cf:
         cf.create_store(store)
@@ -125,7 +134,7 @@ def test_a_bulk_import_of_2000_entries_leaves_health_answering_within_50_ms(lane
     importer.join()
     assert importer.exitcode == 0
     with Client(lanes.address, timeout=60) as cf:
-        assert len(list(cf.list_memories(store, page_size=1000))) == 2000
+        assert len(list(cf.list_memories(store, page_size=1000))) == 4000
     assert len(waits) > 20 and max(waits) <= 0.05, sorted(round(wait * 1000, 1) for wait in waits)[-10:]
 
 

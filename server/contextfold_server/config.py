@@ -210,8 +210,9 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         "--embedding-threads",
         int,
         0,
-        help="threads each worker's and bulk worker's local model uses per batch (default: the cores available,"
-        " at most 4); idle ones sleep, so workers sharing cores cost little, and one query embeds in less time",
+        help="threads each worker's local model uses per batch, and batches a bulk worker's runs side by side,"
+        " a thread each (default: the cores available, at most 4); idle ones sleep, so workers sharing cores"
+        " cost little, and one query embeds in less time",
         shown="the cores available, at most 4",
     )
     option(

@@ -317,8 +317,12 @@ async def open_embedder(
         return BatchingEmbedder(remote, lane, embedded=embedded)
     from .embedding.local import LocalEmbedder
 
+    # A query's batch on every thread, so one question embeds soonest; the bulk lane's batches on a thread
+    # each, side by side: a batch of two threads waits for the one that gave its core to a query, and one
+    # thread gives up only its own (measured beside a query every 50 ms: 0.81 x the rate alone, against 0.98 x).
+    threads, batches_at_once = (config.embedding_threads, 1) if lane is Lane.QUERIES else (1, config.embedding_threads)
     # Loading the model takes a moment of CPU: keep it off the event loop.
-    local = await asyncio.to_thread(LocalEmbedder, model, config.embedding_threads)
+    local = await asyncio.to_thread(LocalEmbedder, model, threads, batches_at_once)
     return BatchingEmbedder(local, lane, embedded=embedded)
 
 

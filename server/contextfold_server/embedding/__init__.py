@@ -10,6 +10,8 @@ class Embedder(Protocol):
 
     name: str
     dimension: int
+    # How many batches it runs side by side, each on a thread of its own (a remote model's one at a time).
+    batches_at_once: int
 
     async def token_counts(self, texts: list[str]) -> list[int]:
         """What each text costs in a batch: its tokens, as the model reads them (a batch is padded to its

@@ -15,6 +15,9 @@ its waiting text nearest in tokens to the batch's first), so padding wastes litt
 rate hardly depends on the batch past a few hundred tokens (measured on the local model, two
 threads: 256 padded tokens give 90 % of its best texts per second at every length, 512 give 95 %).
 
+A model that runs batches side by side (`Embedder.batches_at_once`: a bulk worker's local model, a
+thread each) is given that many at once, each of the texts waiting when it starts.
+
 The query lane (a worker's: what Inject and SearchMemories embed) and the bulk lane (a bulk
 worker's: the texts of writes) are separate embedders in separate processes (`api/lanes.py`), so a
 query never shares a batch with a write's texts, and the kernel runs the query's batch first.
@@ -105,7 +108,9 @@ class BatchingEmbedder:
         self._queues: OrderedDict[str, OrderedDict[str, _Waiting]] = OrderedDict()
         # Every text waiting or in a batch, whoever asked: a text asked for twice is embedded once.
         self._pending: dict[str, _Waiting] = {}
-        self._worker: asyncio.Task | None = None
+        # The batches the model is running (at most `inner.batches_at_once`).
+        self._running: set[asyncio.Task[None]] = set()
+        self._closed = False
         self.model_calls = 0
         self.texts_embedded = 0
         self.tokens_embedded = 0
@@ -146,8 +151,9 @@ class BatchingEmbedder:
             waiting.callers += 1
             mine.append(waiting)
             awaited.append(waiting.future)
-        if self._queues and (self._worker is None or self._worker.done()):
-            self._worker = asyncio.create_task(self._drain(), name=f"embed-{self.lane.label}")
+        if self._queues and len(self._running) < self._inner.batches_at_once:
+            # Once this turn of the loop is over: the texts other calls queue in it join the batch.
+            loop.call_soon(self._start_batches)
         try:
             # Shielded: one caller giving up does not cancel a vector another caller awaits.
             return list(await asyncio.gather(*(asyncio.shield(future) for future in awaited)))
@@ -218,27 +224,45 @@ class BatchingEmbedder:
         else:
             del self._queues[tenant]
 
-    async def _drain(self) -> None:
-        while self._queues:
-            batch = self._next_batch()
-            try:
-                self.model_calls += 1
-                self.texts_embedded += len(batch)
-                self.tokens_embedded += len(batch) * max(waiting.tokens for waiting in batch.values())
-                vectors = await self._inner.embed(list(batch))
-            except Exception as error:  # noqa: BLE001 - every caller in the batch hears of it
-                for text, waiting in batch.items():
-                    self._pending.pop(text, None)
-                    if not waiting.future.done():
-                        waiting.future.set_exception(error)
-                continue
-            for tenant, texts in Counter(waiting.tenant for waiting in batch.values()).items():
-                self._embedded(tenant, "texts_embedded", texts)
-            for (text, waiting), vector in zip(batch.items(), vectors, strict=True):
-                self._remember(text, vector)
+    def _start_batches(self) -> None:
+        """As many batches as the model runs side by side, each of the texts waiting when it starts; each
+        one that ends starts the next, of the texts that came meanwhile."""
+        while self._queues and len(self._running) < self._inner.batches_at_once and not self._closed:
+            running = asyncio.get_running_loop().create_task(
+                self._run(self._next_batch()), name=f"embed-{self.lane.label}"
+            )
+            self._running.add(running)
+            running.add_done_callback(self._ended)
+
+    def _ended(self, batch: asyncio.Task[None]) -> None:
+        self._running.discard(batch)
+        self._start_batches()
+
+    async def _run(self, batch: dict[str, _Waiting]) -> None:
+        try:
+            self.model_calls += 1
+            self.texts_embedded += len(batch)
+            self.tokens_embedded += len(batch) * max(waiting.tokens for waiting in batch.values())
+            vectors = await self._inner.embed(list(batch))
+        except Exception as error:  # noqa: BLE001 - every caller in the batch hears of it
+            for text, waiting in batch.items():
                 self._pending.pop(text, None)
                 if not waiting.future.done():
-                    waiting.future.set_result(vector)
+                    waiting.future.set_exception(error)
+            return
+        except asyncio.CancelledError:
+            # The embedder is closing: its callers are not left waiting.
+            for text, waiting in batch.items():
+                self._pending.pop(text, None)
+                waiting.future.cancel()
+            raise
+        for tenant, texts in Counter(waiting.tenant for waiting in batch.values()).items():
+            self._embedded(tenant, "texts_embedded", texts)
+        for (text, waiting), vector in zip(batch.items(), vectors, strict=True):
+            self._remember(text, vector)
+            self._pending.pop(text, None)
+            if not waiting.future.done():
+                waiting.future.set_result(vector)
 
     def counts(self) -> dict[str, int]:
         """Model calls, texts the model embedded (their ratio is the mean batch), the tokens of its batches
@@ -257,7 +281,9 @@ class BatchingEmbedder:
             self._cache.popitem(last=False)
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
+        self._closed = True
+        running = list(self._running)
+        for batch in running:
+            batch.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await self._inner.close()

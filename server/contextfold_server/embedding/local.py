@@ -84,8 +84,9 @@ class LocalEmbedder:
 
     name = f"local:{MODEL_NAME}"
 
-    def __init__(self, model: Path, threads: int = 1) -> None:
-        """`model`: the ONNX export (`exported_model`)."""
+    def __init__(self, model: Path, threads: int = 1, batches_at_once: int = 1) -> None:
+        """`model`: the ONNX export (`exported_model`); each batch on `threads` threads, `batches_at_once` of
+        them side by side (one session: ONNX Runtime runs a session's batches concurrently)."""
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -102,7 +103,8 @@ class LocalEmbedder:
         self._tokenizer.no_padding()
         self._pad_id = self._tokenizer.token_to_id("[PAD]") or 0
         self.dimension = int(json.loads((weights / "config.json").read_text())["hidden_size"])
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self.batches_at_once = max(1, batches_at_once)
+        self._executor = ThreadPoolExecutor(max_workers=self.batches_at_once, thread_name_prefix="embed")
         # Texts counted and not embedded yet: their tokens, kept for their batch (the oldest dropped first).
         self._tokenized: OrderedDict[str, list[int]] = OrderedDict()
         self._tokenized_lock = threading.Lock()

@@ -12,6 +12,7 @@ class OpenAICompatibleEmbedder:
     def __init__(self, base_url: str, model: str, api_key: str = "", timeout: float = 10.0) -> None:
         self.name = f"openai:{model}"
         self.dimension = 0
+        self.batches_at_once = 1
         self._model = model
         self._client = http_client(api_key, base_url, timeout)
 
