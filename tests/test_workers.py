@@ -129,11 +129,14 @@ def test_workers_and_the_embedded_postgres_do_not_outlive_a_killed_supervisor(tm
     server = start_server(tmp_path / "server.log", "--data-dir", str(tmp_path / "pgdata"), workers=WORKERS)
     postmaster = psutil.Process(int((tmp_path / "pgdata" / "postmaster.pid").read_text().split()[0]))
     supervisor = psutil.Process(server.process.pid)
-    workers, bulk = server_processes(supervisor)
-    sandboxes = [grandchild for worker in workers for grandchild in worker.children(recursive=True)]
-    assert len(workers) == WORKERS and len(bulk) == 1 and sandboxes
-    supervisor.kill()
-    supervisor.wait(10)
+    try:
+        workers, bulk = server_processes(supervisor)
+        sandboxes = [grandchild for worker in workers for grandchild in worker.children(recursive=True)]
+        assert len(workers) == WORKERS and len(bulk) == 1 and sandboxes
+    finally:
+        # Killed whatever the checks found: a server this test started never outlives it.
+        supervisor.kill()
+        supervisor.wait(10)
     _, alive = psutil.wait_procs([*workers, *bulk, *sandboxes, postmaster], timeout=30)
     assert alive == [], "every worker, bulk worker, sandbox and the embedded Postgres stop when the supervisor dies"
     assert "the supervisor is gone" in server.log()
