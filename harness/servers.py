@@ -198,6 +198,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def server_processes(supervisor: psutil.Process) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """The supervisor's workers and its bulk workers, told apart by their CPU priority (the bulk workers'
+    is lower, `--bulk-nice`)."""
+    children = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
+    workers = [child for child in children if child.nice() == supervisor.nice()]
+    return workers, [child for child in children if child.nice() > supervisor.nice()]
+
+
 def running(pid: int) -> bool:
     """Whether a process runs (one that ended but was not reaped yet, a zombie, does not)."""
     try:

@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.messages import unique, user
 from harness.polling import wait_for
-from harness.servers import ServerProcess, sample, serving
+from harness.servers import ServerProcess, sample, server_processes, serving
 
 LONG_TEXT = (
     "Notes from the planning meeting: the team reviewed the launch checklist, the open incidents and the"
@@ -140,12 +140,11 @@ def test_a_bulk_import_and_a_bulk_add_of_2000_entries_leave_health_answering_wit
 
 def test_bulk_work_runs_at_a_lower_cpu_priority_its_database_sessions_too(lanes: ServerProcess) -> None:
     supervisor = psutil.Process(lanes.process.pid)
-    children = supervisor.children(recursive=True)
-    workers = [p for p in children if "spawn_main" in " ".join(p.cmdline()) and p.nice() == 0]
-    bulk = [p for p in children if "spawn_main" in " ".join(p.cmdline()) and p.nice() == 10]
-    assert len(bulk) == 1 and len(workers) >= 1
+    workers, bulk = server_processes(supervisor)
+    assert len(bulk) == 1 and len(workers) >= 1 and bulk[0].nice() == 10
     # Every thread of the bulk worker, the model's among them, at its priority.
     assert {psutil.Process(thread.id).nice() for thread in bulk[0].threads()} == {10}
+    children = supervisor.children(recursive=True)
     sessions = [p for p in children if p.name() == "postgres" and p.cmdline()[0].startswith("postgres: ")]
     assert {p.nice() for p in sessions} >= {0, 10}
 
@@ -155,11 +154,7 @@ def test_a_bulk_worker_that_dies_is_replaced_and_queries_are_served_meanwhile(la
     with Client(lanes.address, timeout=60) as cf:
         cf.create_store(store)
         cf.add_memories(store, ["The user's sister is called Ana"])
-        (bulk,) = [
-            p
-            for p in psutil.Process(lanes.process.pid).children(recursive=True)
-            if "spawn_main" in " ".join(p.cmdline()) and p.nice() == 10
-        ]
+        _, (bulk,) = server_processes(psutil.Process(lanes.process.pid))
         bulk.send_signal(signal.SIGKILL)
         bulk.wait(10)
         result = cf.inject([user("What is my sister called?")], stores=[store])

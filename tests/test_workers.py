@@ -18,7 +18,7 @@ from contextfold_server.config import available_cores
 
 from harness.messages import unique, user
 from harness.polling import wait_for
-from harness.servers import ServerProcess, health_status, running, sample, start_server
+from harness.servers import ServerProcess, health_status, running, sample, server_processes, start_server
 
 WORKERS = 2
 
@@ -90,14 +90,6 @@ def test_every_worker_serves_and_one_scrape_counts_them_all(workers: ServerProce
     for worker in range(count):
         assert sample(metrics, "contextfold_event_loop_lag_seconds_count", worker=str(worker)) > 0
     assert len(re.findall(r"^# TYPE contextfold_calls_total counter$", metrics, flags=re.M)) == 1
-
-
-def server_processes(supervisor: psutil.Process) -> tuple[list[psutil.Process], list[psutil.Process]]:
-    """The supervisor's workers and its bulk workers, told apart by their CPU priority (the bulk workers'
-    is lower, `--bulk-nice`)."""
-    children = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
-    workers = [child for child in children if child.nice() == supervisor.nice()]
-    return workers, [child for child in children if child.nice() > supervisor.nice()]
 
 
 def test_one_embedded_postgres_and_a_worker_that_dies_is_replaced(workers: ServerProcess) -> None:

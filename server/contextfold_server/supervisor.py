@@ -83,6 +83,11 @@ class _Worker:
     # Whether its end of the pipe is still open (it closes as the worker exits).
     reporting: bool = True
 
+    @property
+    def kind(self) -> str:
+        """What the log calls it."""
+        return "bulk worker" if self.bulk else "worker"
+
 
 @dataclass
 class _Supervisor:
@@ -109,7 +114,11 @@ class _Supervisor:
         )
         process.start()
         child_end.close()
-        (self.bulk if bulk else self.workers)[index] = _Worker(index, process, reports, bulk)
+        self.group(bulk)[index] = _Worker(index, process, reports, bulk)
+
+    def group(self, bulk: bool) -> dict[int, _Worker]:
+        """The bulk workers, or the workers."""
+        return self.bulk if bulk else self.workers
 
     def everyone(self) -> list[_Worker]:
         """Every worker and bulk worker running."""
@@ -161,8 +170,8 @@ class _Supervisor:
         worker.process.join()
         code = worker.process.exitcode
         worker.reports.close()
-        kind = "bulk worker" if worker.bulk else "worker"
-        del (self.bulk if worker.bulk else self.workers)[worker.index]
+        kind = worker.kind
+        del self.group(worker.bulk)[worker.index]
         if self.stopping:
             if not self.workers:
                 # The workers are done, and the calls they forwarded with them: the bulk workers may stop.
@@ -244,8 +253,7 @@ class _Supervisor:
 
     def kill_the_late(self) -> None:
         for worker in self.everyone():
-            kind = "bulk worker" if worker.bulk else "worker"
-            logger.error("%s=<%d> | a %s did not stop in time | killing it", kind, worker.index, kind)
+            logger.error("%s=<%d> | a %s did not stop in time | killing it", worker.kind, worker.index, worker.kind)
             worker.process.kill()
 
 

@@ -114,12 +114,16 @@ class _Memory:
     database: Database
     reading: Databases
     secret: bytes
-    store: PostgresMemoryStore
     lifecycle: MemoryLifecycle
     embedder: BatchingEmbedder
     searcher: MemorySearcher
     memory: MemoryServicer
     capabilities: Capabilities
+
+    @property
+    def databases(self) -> list[Database]:
+        """The primary's pool and each replica's."""
+        return [self.database, *(replica.database for replica in self.reading.replicas)]
 
 
 async def _memory(
@@ -189,7 +193,7 @@ async def _memory(
         capabilities,
         ScopedIds(derived_key(secret, "scoped ids")),
     )
-    return _Memory(database, reading, secret, store, lifecycle, embedder, searcher, memory, capabilities)
+    return _Memory(database, reading, secret, lifecycle, embedder, searcher, memory, capabilities)
 
 
 async def build(
@@ -231,7 +235,7 @@ async def build(
         memory=parts.memory,
         providers=ProviderServicer(providers, directory, sandbox, page_tokens, policy),
         embedder=parts.embedder,
-        databases=[parts.database, *(replica.database for replica in parts.reading.replicas)],
+        databases=parts.databases,
         read_after=ReadAfterTokens(parts.secret),
     )
 
@@ -273,7 +277,7 @@ async def build_bulk(
     return BulkServices(
         memory=parts.memory,
         embedder=parts.embedder,
-        databases=[parts.database, *(replica.database for replica in parts.reading.replicas)],
+        databases=parts.databases,
     )
 
 

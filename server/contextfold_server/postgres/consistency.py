@@ -31,10 +31,9 @@ from ..access.sealing import Sealer
 
 TOKEN_HEADER = "x-contextfold-read-after"
 _LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
-# A token of earlier releases (the position in clear): read as no token, so a client that kept one across
-# an upgrade goes on working (its next write brings it a token of this kind).
-_CLEAR_TOKEN = re.compile(r"[0-9a-f]{16}")
-_TIME = re.compile(r"[0-9a-f]{16}")
+# A token's clock in clear; and the whole of a token of earlier releases (the position in clear), read as
+# no token, so a client that kept one across an upgrade goes on working (its next write brings a new one).
+_SIXTEEN_HEX = re.compile(r"[0-9a-f]{16}")
 # The primary's clock and its position, the clock read first (a subquery of its own is evaluated first).
 POSITION_NOW = (
     "SELECT t.at, pg_current_wal_lsn()::text AS lsn FROM"
@@ -114,10 +113,10 @@ class ReadAfterTokens:
     def open(self, namespace: str, token: str) -> tuple[int, int] | None:
         """The position a token of `namespace` names and the time it was read; (0, 0) for a token of an
         earlier release; None when it is not a token issued to `namespace`."""
-        if _CLEAR_TOKEN.fullmatch(token):
+        if _SIXTEEN_HEX.fullmatch(token):
             return 0, 0
         shown, sealed = token[:16], token[16:]
-        if not _TIME.fullmatch(shown) or not sealed.isascii():
+        if not _SIXTEEN_HEX.fullmatch(shown) or not sealed.isascii():
             return None
         try:
             plain = self._sealer(namespace).open(base64.urlsafe_b64decode(sealed + "=" * (-len(sealed) % 4)))

@@ -190,7 +190,7 @@ class Database:
         or no connection free in time."""
         if isinstance(error, psycopg.errors.QueryCanceled):
             left = _deadline_left()
-            if left is not None and left < self._limits.statement_seconds and left <= _DEADLINE_SLACK:
+            if left is not None and left <= _DEADLINE_SLACK:
                 return DeadlineReached(
                     "DEADLINE_EXCEEDED", "the call's deadline came before its database work was done: nothing is kept"
                 )

@@ -24,11 +24,7 @@ def lower_priority_of_sessions(nice: int) -> Callable[[psycopg.AsyncConnection],
     """What prepares each new session of a bulk worker's: its process reniced to `nice` (never raised)."""
 
     async def lower(conn: psycopg.AsyncConnection) -> None:
-        cursor = await conn.execute("SELECT pg_backend_pid()")
-        row = await cursor.fetchone()
-        if row is None:
-            return
-        pid = int(row[0] if not isinstance(row, dict) else row["pg_backend_pid"])
+        pid = conn.info.backend_pid
         try:
             if os.getpriority(os.PRIO_PROCESS, pid) < nice:
                 os.setpriority(os.PRIO_PROCESS, pid, nice)
