@@ -257,7 +257,8 @@ def test_the_playground_injects_a_conversation_and_explains_each_candidate(
     assert page.attribute(candidate, "data-verdict") == "injected"
     cells = page.texts(f"{candidate} td")
     assert cells[0] == "1" and float(cells[3]) > 0.3, "ranked first, with its similarity"
-    assert {"stand out", "words", "neighbour"} <= {part.rsplit(" ", 1)[0] for part in cells[4].split("\n")}
+    signals = {part.rsplit(" ", 1)[0] for part in cells[4].split("\n")}
+    assert {"lead", "words", "neighbour", "speaker", "date"} <= signals
     other = page.attribute("#candidates tr.candidate:not([data-verdict='injected'])", "data-verdict")
     assert other == "ranked below", "the other of Ana's entries, below max entries"
     shown = page.texts("#candidates tr.candidate td:nth-child(2) code")

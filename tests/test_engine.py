@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, date, datetime
 
 import pytest
-from contextfold_server.engine import ranking
+from contextfold_server.engine import ranking, weighing
 from contextfold_server.engine.conversation import InjectedRef, Role, Turn, injected_entry_ids, is_user_turn
 from contextfold_server.engine.entries import RetrievedEntry
 from contextfold_server.engine.fold import fold_target, separated, shows_text
@@ -458,11 +459,36 @@ def test_the_share_of_the_query_words_an_entry_holds_adds_to_its_score() -> None
     assert scores == {"a": 1.0 + ranking.WORD_WEIGHT * 0.5, "b": 1.2}
 
 
-def test_an_entry_rises_toward_a_better_neighbour_and_never_falls() -> None:
+def test_an_entry_s_session_best_is_the_best_score_among_its_session_s_entries() -> None:
     scores = {"question": 2.0, "reply": 1.0, "aside": 0.4, "alone": 0.9}
-    beside = {"reply": {"question", "aside"}, "question": {"reply"}, "aside": {"reply", "gone"}}
-    pulled = ranking.pulled_by_neighbours(scores, beside)
-    assert pulled["reply"] == 1.0 + ranking.NEIGHBOUR_PULL * (2.0 - 1.0)
-    assert pulled["question"] == 2.0, "a better entry is not pulled down by a weaker neighbour"
-    assert pulled["aside"] == 0.4 + ranking.NEIGHBOUR_PULL * (1.0 - 0.4), "pulled by the reply's own score"
-    assert pulled["alone"] == 0.9
+    sessions = {"question": "s1", "reply": "s1", "aside": "s2", "alone": None}
+    assert ranking.best_in_session(scores, sessions) == {"question": 2.0, "reply": 2.0, "aside": 0.4}
+
+
+def test_a_question_s_dates_names_and_an_entry_s_speaker_are_read_as_written() -> None:
+    asked = weighing.Asked.of("What did Melanie's kids paint on 13 October, 2023? And Jon in May 2022?")
+    assert asked.names == ("Melanie", "Jon")
+    assert {(d.year, d.month, d.day) for d in asked.dates} == {(2023, 10, 13), (2022, 5, None)}
+    assert weighing.on_a_date(asked.dates, datetime(2023, 10, 14, tzinfo=UTC)) == 1.0, "a day either side"
+    assert weighing.on_a_date(asked.dates, datetime(2023, 10, 16, tzinfo=UTC)) == 0.0
+    assert weighing.on_a_date(asked.dates, datetime(2022, 5, 30, tzinfo=UTC)) == 1.0
+    assert weighing.question_dates("May I ask what we did in June?") == (weighing.DateSpan(None, 6),)
+    assert weighing.names_in("Ask Priya about INC-2291 on AWS.") == ("Priya",), "ids and capitals are terms"
+    assert weighing.speaker_named("Melanie: we went camping", asked.words) == 1.0
+    assert weighing.speaker_named("Caroline: we went camping", asked.words) == 0.0
+    assert weighing.speaker_named("we went camping, Melanie said", asked.words) == 0.0
+    stated = weighing.entry_date({"date": "2023-10-13"}, datetime(2026, 1, 1, tzinfo=UTC))
+    assert stated is not None and stated.date() == date(2023, 10, 13)
+
+
+def test_a_near_copy_is_one_whose_words_mostly_are_another_s() -> None:
+    assert weighing.near_copy("The user prefers a window seat!", ["the user prefers a window seat"])
+    assert not weighing.near_copy("The user prefers an aisle seat", ["The user prefers a window seat"])
+
+
+def test_the_silence_gate_weighs_the_question_s_unknown_names() -> None:
+    gate = weighing.Weighing({"standing": 1.0}, 0.0, {"standing": 2.0}, 0.0, threshold=0.5, unknown_names=2.0)
+    assert gate.score({"standing": 0.8}) == 0.8 and gate.gate_score({"standing": 0.8}) == 1.6
+    assert gate.relevant(1.6, unknown_names=0.0) and not gate.relevant(1.6, unknown_names=1.0)
+    shipped = weighing.default_weighing()
+    assert set(shipped.weights) == set(weighing.SIGNALS) and all(w >= 0 for w in shipped.weights.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from contextfold import Client, InvalidArgument
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
+from contextfold_server.engine.weighing import SIGNALS
 
 from harness.messages import assistant, unique, user
 
@@ -305,9 +306,11 @@ def test_explained_the_report_weighs_every_candidate_and_says_which_were_injecte
     assert [c.verdict for c in candidates[2:]] == [VERDICT.CANDIDATE_VERDICT_RANKED_BELOW] * 2
     assert all(c.detail.startswith(f"ranked {c.rank}, after the") for c in candidates[2:])
     for candidate in candidates:
-        # The default ranking's score is the similarity and what each signal added.
-        assert set(candidate.signals) == {"stand_out", "words", "neighbour"}
-        assert candidate.score == pytest.approx(candidate.similarity + sum(candidate.signals.values()), abs=1e-4)
+        # The default ranking's score is what each signal added, with the intercept; each signal's value too.
+        assert set(candidate.signals) == {*SIGNALS, "intercept"}
+        assert set(candidate.inputs) == {*SIGNALS, "unknown_names"}
+        assert candidate.inputs["similarity"] == pytest.approx(candidate.similarity, abs=1e-6)
+        assert candidate.score == pytest.approx(sum(candidate.signals.values()), abs=1e-4)
         assert candidate.store == store and candidate.content.startswith("The user's bicycle")
     assert result.messages == client.inject(conversation, stores=[store], max_entries=2).messages, "the same fold"
 
@@ -331,12 +334,13 @@ def test_explained_a_candidate_left_out_says_why_min_score_conversation_or_budge
     assert by_id[near.id].detail == "injected in an earlier turn"
 
     one_entry = client.inject(asked, stores=[store], max_entries=1).report.sources[0].tokens
-    tight = client.inject(asked, stores=[store], memory_max_tokens=one_entry, explain=True)
+    # A min_score in place of the silence gate, which would leave the invoices out as not relevant first.
+    tight = client.inject(asked, stores=[store], memory_max_tokens=one_entry, explain=True, min_score=-1.0)
     assert [e.id for e in tight.report.entries] == [near.id]
     assert verdicts(tight) == {
         near.id: VERDICT.CANDIDATE_VERDICT_INJECTED,
         far.id: VERDICT.CANDIDATE_VERDICT_OVER_BUDGET,
     }
-    nothing_fits = client.inject(asked, stores=[store], memory_max_tokens=2, explain=True)
+    nothing_fits = client.inject(asked, stores=[store], memory_max_tokens=2, explain=True, min_score=-1.0)
     assert set(verdicts(nothing_fits).values()) == {VERDICT.CANDIDATE_VERDICT_OVER_BUDGET}
     assert {c.detail for c in nothing_fits.report.candidates} == {nothing_fits.report.detail}

@@ -13,7 +13,7 @@ import numpy as np
 import psycopg
 import pytest
 from contextfold import Client, InvalidArgument
-from contextfold.v1 import memory_pb2, memory_pb2_grpc
+from contextfold.v1 import injection_pb2, memory_pb2, memory_pb2_grpc
 from contextfold_server.engine.entries import RetrievedEntry
 from contextfold_server.engine.ranking import (
     CROWD_RANK,
@@ -175,8 +175,13 @@ def test_search_memories_ranks_the_same_way_and_says_how(
         )
     assert response.ranking == memory_pb2.RANKING_STORE_AWARE
     assert response.results[0].memory.id == f"{prefix}-units"
-    injected = client.inject([user(ask)], stores=stores)
-    assert [r.memory.id for r in response.results] == [e.id for e in injected.report.entries]
+    searched = [r.memory.id for r in response.results]
+    # Inject shows the same order, as far as its silence gate lets it (SearchMemories has none); with a
+    # min_score of its own, the caller's setting replaces the gate.
+    injected = [e.id for e in client.inject([user(ask)], stores=stores).report.entries]
+    assert injected and injected == searched[: len(injected)]
+    everything = client.inject([user(ask)], stores=stores, min_score=-1.0)
+    assert searched == [e.id for e in everything.report.entries]
     by_score = client.search_memories(ask, stores=stores, ranking="similarity")
     scores = [r.score for r in by_score]
     assert scores == sorted(scores, reverse=True) and f"{prefix}-units" not in [r.memory.id for r in by_score]
@@ -367,7 +372,10 @@ def test_a_failing_reranker_leaves_the_store_aware_order_and_the_report_says_why
     if mode == "slow":
         assert "no answer within 250 ms" in result.report.detail
         assert result.report.stage_durations["rank"].ToNanoseconds() < 1.5e9
-    store_aware_order = reranking_server.inject([user(ask)], stores=memory_to_rerank, ranking="store_aware")
+    # The store-aware order whole: falling back, no silence gate leaves candidates out (a min_score replaces it).
+    store_aware_order = reranking_server.inject(
+        [user(ask)], stores=memory_to_rerank, ranking="store_aware", min_score=-1.0
+    )
     assert [e.id for e in result.report.entries] == [e.id for e in store_aware_order.report.entries]
 
 
@@ -529,7 +537,7 @@ def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client
     place_within = [entry.id for entry in within.report.entries].index(f"{prefix}-3")
     place_apart = [entry.id for entry in apart.report.entries].index(f"{prefix}-alone-3")
     assert place_within < place_apart, "the reply that says when rises toward the question that names the class"
-    assert place_within == 3, "right after the three turns about the class"
+    assert place_within <= 3, "among the turns about the class"
 
 
 def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousand(client: Client, make_store) -> None:
@@ -663,3 +671,95 @@ def test_a_filtered_search_never_brings_in_a_session_neighbour_the_filter_refuse
     assert [m.memory.id for m in found] and all(m.memory.metadata["shared"] == "public" for m in found), [
         (m.memory.id, m.memory.metadata["shared"]) for m in found
     ]
+
+
+# The default ranking's learnt weighing (engine/weighing.py): dates, near-copies, silence
+
+
+def _candidate(result, entry_id: str):
+    return next(c for c in result.report.candidates if c.id == entry_id)
+
+
+def test_a_date_in_the_question_lifts_the_turn_of_that_date(client: Client, make_store) -> None:
+    store = make_store("diary")
+    prefix = unique("day")
+    days = {
+        "2023-07-02": "Melanie: We drove out to the lake and had a picnic by the water.",
+        "2023-07-09": "Melanie: We spent the whole afternoon at the science museum downtown.",
+        "2023-07-14": "Melanie: The kids and I went for a long walk up the hills.",
+        "2023-07-20": "Melanie: We visited my parents and cooked dinner for everyone.",
+        "2023-07-27": "Melanie: We went to the cinema and watched a film about dinosaurs.",
+    }
+    client.add_memories(
+        store, [{"id": f"{prefix}-{day}", "content": text, "metadata": {"date": day}} for day, text in days.items()]
+    )
+    lifted = 0
+    for day in days:
+        written = datetime.fromisoformat(day)
+        for asked in (f"What did Melanie do on {written:%-d %B %Y}?", f"What did Melanie do on {written:%B %-d, %Y}?"):
+            result = client.inject([user(asked)], stores=[store], explain=True)
+            assert result.report.entries[0].id == f"{prefix}-{day}", asked
+            weighed = [c for c in result.report.candidates if c.inputs]
+            dated = _candidate(result, f"{prefix}-{day}")
+            assert dated.inputs["date"] == 1.0 and dated.signals["date"] > 0
+            assert all(c.inputs["date"] == 0.0 for c in weighed if c.id != dated.id)
+            # Without what the date adds, would another day's turn come first?
+            lifted += dated.score - dated.signals["date"] < max(c.score for c in weighed if c.id != dated.id)
+    # Each of the five turns first when its day is asked: the date decided it for all but one at most.
+    assert lifted >= 2 * (len(days) - 1)
+
+
+def test_a_near_copy_does_not_take_a_second_slot(client: Client, make_store) -> None:
+    store = make_store("seats")
+    prefix = unique("seat")
+    client.add_memories(
+        store,
+        [
+            {"id": f"{prefix}-first", "content": "The user always prefers a window seat on long flights."},
+            {"id": f"{prefix}-again", "content": "The user always prefers a window seat on long flights!"},
+            {"id": f"{prefix}-meal", "content": "The user orders the vegetarian meal when flying."},
+            {"id": f"{prefix}-bag", "content": "The user travels with one carry-on bag only."},
+        ],
+    )
+    asked = "Which seat does the user like on flights?"
+    # A min_score in place of the silence gate: every entry but the copy may take a slot.
+    result = client.inject([user(asked)], stores=[store], max_entries=3, explain=True, min_score=-1.0)
+    shown = [entry.id for entry in result.report.entries]
+    copies = {f"{prefix}-first", f"{prefix}-again"}
+    assert len(copies & set(shown)) == 1 and shown[0] in copies
+    assert len(shown) == 3, "the slot goes to the next entry that says something else"
+    (copy,) = copies - set(shown)
+    left = _candidate(result, copy)
+    assert left.verdict == injection_pb2.CANDIDATE_VERDICT_NEAR_COPY and shown[0] in left.detail
+    # Ranked by similarity alone, both copies take a slot: the rule is the default ranking's.
+    plain = client.inject([user(asked)], stores=[store], max_entries=3, ranking="similarity", min_score=-1.0)
+    assert copies <= {entry.id for entry in plain.report.entries}
+
+
+def test_a_question_nothing_is_about_gets_nothing_and_the_report_says_why(client: Client, make_store) -> None:
+    store = make_store("talks")
+    talk = unique("talk")
+    turns = [
+        "Jon: I finally opened the dance studio last week, it was a huge day.",
+        "Gina: That's amazing, Jon! How many students signed up?",
+        "Jon: Twelve so far, mostly kids from the neighbourhood.",
+        "Gina: My clothing store had its best month yet.",
+        "Jon: You deserve it, you worked so hard on the new collection.",
+        "Gina: Thanks! I'm thinking of opening a second shop downtown.",
+    ]
+    client.add_memories(store, [{"content": text, "user_id": talk, "session_id": f"{talk}-1"} for text in turns])
+    asked = "How many students signed up at Jon's dance studio?"
+    about = client.inject([user(asked)], stores=[store], scope={"user_id": talk})
+    assert about.report.injected and "Twelve so far" in str(about.messages[-1])
+    elsewhere = "What did Caroline paint for the art show in Seattle?"
+    result = client.inject([user(elsewhere)], stores=[store], scope={"user_id": talk}, explain=True)
+    assert not result.report.injected
+    assert result.report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+    assert "no entry is relevant enough" in result.report.detail and "Caroline" in result.report.detail
+    assert result.messages == [user(elsewhere)], "the messages come back as sent"
+    weighed = [c for c in result.report.candidates if c.inputs]
+    assert weighed and all(c.verdict == injection_pb2.CANDIDATE_VERDICT_NOT_RELEVANT for c in weighed)
+    assert all(c.inputs["unknown_names"] == 1.0 for c in weighed)
+    # The caller's own min_score replaces the gate.
+    kept = client.inject([user(elsewhere)], stores=[store], scope={"user_id": talk}, min_score=-1.0)
+    assert kept.report.injected and len(kept.report.entries) == 5

@@ -76,6 +76,7 @@ def report_to_proto(outcome: InjectionOutcome, reveal: bool = False) -> injectio
                 score=candidate.score,
                 similarity=candidate.similarity,
                 signals=candidate.signals,
+                inputs=candidate.inputs,
                 verdict=_VERDICTS.get(candidate.verdict, injection_pb2.CANDIDATE_VERDICT_UNSPECIFIED),
                 detail=candidate.detail,
                 rank=candidate.rank,

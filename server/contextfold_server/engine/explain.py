@@ -32,6 +32,8 @@ class Verdict(enum.Enum):
     IN_CONVERSATION = "in_conversation"
     OVER_BUDGET = "over_budget"
     NOT_FOLDED = "not_folded"
+    NOT_RELEVANT = "not_relevant"
+    NEAR_COPY = "near_copy"
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Considered:
     similarity: float
     rank: int
     signals: dict[str, float] = field(default_factory=dict)
+    # The signals' own values, under the default ranking (`weighing.SIGNALS`).
+    inputs: dict[str, float] = field(default_factory=dict)
     verdict: Verdict | None = None
     detail: str = ""
 

@@ -83,6 +83,8 @@ class SearchQuery:
     filter: Filter | None = None
     # Weigh out loud: the result says what the ranking made of each candidate.
     explain: bool = False
+    # Leave out what the default ranking judges not relevant enough (Inject asks; a `min_score` replaces it).
+    gate: bool = False
 
 
 @dataclass
@@ -101,6 +103,8 @@ class SearchResult(Generic[Found]):
     ranking: Ranking | None = None
     # Explaining: the candidates weighed, best first, with their signals (`explain.py`).
     considered: list[Considered] = field(default_factory=list)
+    # Why nothing was found relevant enough, when the gate left out every candidate.
+    silence: str = ""
 
 
 class MemorySearch(Protocol):
@@ -153,6 +157,7 @@ async def retrieve_memory(
         ranking=request.ranking,
         filter=request.filter,
         explain=request.explain,
+        gate=request.min_score is None,
     )
     result = await search(search_query)
     stages.done("search")
@@ -171,7 +176,9 @@ async def retrieve_memory(
     if request.explain:
         outcome.considered = _considered(result, new, entries, search_query)
     if not entries:
-        raise Skipped(SkipReason.NO_ENTRIES, "the search found no entries not already in the conversation")
+        raise Skipped(
+            SkipReason.NO_ENTRIES, result.silence or "the search found no entries not already in the conversation"
+        )
     return tuple(entries)
 
 

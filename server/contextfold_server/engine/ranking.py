@@ -7,12 +7,14 @@ person would pick is that it stands out from the entries around it. So the
 default ranking (`STORE_AWARE`) judges each entry against its own store's crowd
 for this query, and the crowd is read per store, not from the top of a list a
 large store fills. Words count beside meaning: names, places, dates and ids
-carry what an embedding blurs, so the default adds the share of the query's
+carry what an embedding blurs, so the default weighs the share of the query's
 words an entry holds (BM25, rare words weighing more), and an entry written
-beside a strong match in one session (a reply to the question that names what it
-answers) rises toward it. bench/retrieval.py measures every strategy on labelled
-sets of our own, bench/locomo.py on long real conversations; docs/injection.md has the
-tables the default was chosen from.
+beside a better one in its session (a reply to the question that names what it
+answers) is lifted by it. How much each of these counts is learnt
+(engine/weighing.py); here are the signals themselves, and the score that decides
+whose session neighbours are read (`with_words`). bench/retrieval.py measures
+every strategy on labelled sets of our own, bench/locomo.py on long real
+conversations; docs/injection.md has the tables.
 
 These are pure functions over candidates already fetched: the search fetches
 what the strategy needs (`candidates_per_store`, `LEXICAL_CANDIDATES`, `POOL_CANDIDATES`).
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 
@@ -56,7 +58,9 @@ DEFAULT_RANKING = Ranking.STORE_AWARE
 # (the eighth best): near it, an entry is one of many alike; well above it, it
 # stands out. Measured over 5 to 10 on bench/retrieval (a plateau from 6 to 8).
 CROWD_RANK = 7
-# How much standing out counts beside the similarity itself.
+# How much standing out counts beside the similarity itself, in the score that chooses whose session
+# neighbours are read and that the neighbour and session signals compare (the default's own weights are
+# learnt: engine/weighing.json).
 STAND_OUT_WEIGHT = 2.0
 # Reciprocal rank fusion's constant (the usual 60): ranks near the top count most, no one list dominates.
 RRF_K = 60
@@ -69,9 +73,6 @@ LEXICAL_WEIGHT = 1.0
 # sets together (bench/locomo.py, bench/retrieval.py): 1.0 to 2.0 lift LoCoMo's recall@5 by 0.15 to 0.18;
 # past 1.5 our assistant set loses more than a query.
 WORD_WEIGHT = 1.5
-# An entry beside a better one in its session (written just before or after it) rises this share of
-# the way toward it: the turn that answers often follows the one that names what the question asks.
-NEIGHBOUR_PULL = 0.5
 # The best entries whose session neighbours are read, as a multiple of the entries asked for.
 NEIGHBOURS_OF = 2
 # The entries nearest across the stores read first when a large store is searched: one with
@@ -131,17 +132,14 @@ def with_words(scores: Mapping[str, float], words: Mapping[str, float]) -> dict[
     return {entry: score + WORD_WEIGHT * words.get(entry, 0.0) for entry, score in scores.items()}
 
 
-def pulled_by_neighbours(scores: Mapping[str, float], beside: Mapping[str, Iterable[str]]) -> dict[str, float]:
-    """Each entry raised `NEIGHBOUR_PULL` of the way toward its best neighbour (`beside`: the entries
-    written just before and after it in its session) when that one scores higher; the others as they
-    are. Neighbours without a score pull nothing."""
-    pulled = dict(scores)
-    for entry, neighbours in beside.items():
-        own = scores.get(entry)
-        best = max((scores[n] for n in neighbours if n in scores), default=None)
-        if own is not None and best is not None and best > own:
-            pulled[entry] = own + NEIGHBOUR_PULL * (best - own)
-    return pulled
+def best_in_session(scores: Mapping[str, float], sessions: Mapping[str, Hashable | None]) -> dict[str, float]:
+    """For each entry in a session (`sessions`: its session by id, None for none), the best score among
+    its session's entries, its own included."""
+    best: dict[Hashable, float] = {}
+    for entry, session in sessions.items():
+        if session is not None and entry in scores:
+            best[session] = max(best.get(session, scores[entry]), scores[entry])
+    return {entry: best[session] for entry, session in sessions.items() if session is not None and session in best}
 
 
 def store_aware(entries: Sequence[Entry], limit: int) -> list[Entry]:

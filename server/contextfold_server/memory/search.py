@@ -10,16 +10,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..embedding.batching import BatchingEmbedder
+from ..embedding.local import LocalEmbedder
 from ..engine import ranking
 from ..engine.entries import RetrievedEntry
 from ..engine.explain import EXPLAIN_BELOW, MAX_EXPLAINED, MAX_EXPLAINED_CHARS, Considered, Verdict
 from ..engine.memory import MemorySearch, SearchQuery, SearchResult
 from ..engine.ranking import Ranking
+from ..engine.weighing import (
+    UNKNOWN_NAMES,
+    Asked,
+    Weighing,
+    default_weighing,
+    entry_date,
+    near_copy,
+    on_a_date,
+    speaker_named,
+)
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
 from .records import Candidate, Scope, ScoredRecord, is_memory_id
 from .reranker import Reranker, RerankFailed
 from .store import PostgresMemoryStore
+
+# The model the default ranking's weights were fitted with (engine/weighing.json).
+LOCAL_MODEL = LocalEmbedder.name
 
 # What a search returns here: the records themselves, converted for the engine at its port only.
 Found = SearchResult[ScoredRecord]
@@ -32,6 +46,8 @@ class MemorySearcher:
     # The operator's remote reranker, for `RANKING_RERANK`; none configured refuses that ranking.
     reranker: Reranker | None = None
     default_ranking: Ranking = ranking.DEFAULT_RANKING
+    # The default ranking's weights and silence threshold (engine/weighing.json).
+    weighing: Weighing = field(default_factory=default_weighing)
     # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
     observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
 
@@ -69,6 +85,9 @@ class MemorySearcher:
         stores of the query's dimension. `deadline` (the event loop's clock) bounds the reranker's wait."""
         durations: dict[str, float] = {}
         started = time.perf_counter()
+        # The silence gate's threshold was fitted on the local model's similarities: another model's (a
+        # caller's vector, an operator's embedding service) are on a scale of their own.
+        query = replace(query, gate=query.gate and not query.vector and self.embedder.name == LOCAL_MODEL)
         if not query.vector:
             with span("contextfold.embed", model=self.embedder.name):
                 (vector,) = await self.embedder.embed([query.text], tenant=namespace)
@@ -94,8 +113,11 @@ class MemorySearcher:
                 # Hybrid fuses by rank the entries holding the query's rare words (an id, a code); the default
                 # weighs every word an entry shares (BM25).
                 matches = "rare_word_matches" if strategy is Ranking.HYBRID else "word_matches"
-                known, candidates = await self.store.candidates(
-                    namespace, scope, query, per_store, ranking.POOL_CANDIDATES, lexical, matches
+                question = Asked.of(query.text)
+                # Whether the scope has heard of what the question names: the default ranking's to weigh.
+                names = question.names if strategy is Ranking.STORE_AWARE else ()
+                known, candidates, unknown_names = await self.store.candidates(
+                    namespace, scope, query, per_store, ranking.POOL_CANDIDATES, lexical, matches, names
                 )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
@@ -109,7 +131,7 @@ class MemorySearcher:
             found = Found(records, durations, left_out, ranking=strategy, considered=considered)
             return found, query.vector, unsearchable
         ranking_started = time.perf_counter()
-        found = await self._rank(strategy, query, candidates, deadline, namespace, scope)
+        found = await self._rank(strategy, query, candidates, deadline, namespace, scope, question, unknown_names)
         durations["rank"] = time.perf_counter() - ranking_started
         found.durations, found.left_out = durations, left_out
         return found, query.vector, unsearchable
@@ -122,23 +144,35 @@ class MemorySearcher:
         deadline: float | None,
         namespace: str,
         scope: Scope,
+        asked: Asked,
+        unknown_names: float,
     ) -> Found:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
-        `query.limit`, none below `query.min_score`, with the strategy that ranked them and why it is
-        not the one asked for. A reranker that fails leaves the store-aware order. Explaining, what each
-        signal added to each candidate's score (`Found.considered`)."""
+        `query.limit`, none below `query.min_score`, none a near-copy of a better one, and when the query
+        asks for the gate (and names no `min_score`), under the default ranking none that is not relevant
+        enough (`Weighing.relevant`; `unknown_names`: the share of `asked.names` the scope holds none of);
+        with the strategy that ranked them and why it is not the one asked for. A reranker that fails
+        leaves the store-aware order. Explaining, what each signal added to each candidate's score
+        (`Found.considered`)."""
         nearest = [c for c in candidates if c.lexical is None]
         words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
         order: list[Candidate]
         signals: dict[str, dict[str, float]] = {}
+        inputs: dict[str, dict[str, float]] = {}
         scores: dict[str, float] = {}
+        gate_scores: dict[str, float] = {}
         if strategy is Ranking.HYBRID:
             order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
             if query.explain:
                 scores, signals = _hybrid_signals(nearest, words)
         else:
-            order, scores = await self._store_aware(namespace, scope, query, nearest, words, signals)
+            order, scores, gate_scores = await self._store_aware(
+                namespace, scope, query, nearest, words, asked, unknown_names, signals, inputs
+            )
+        gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
+        left_out = _left_out_of(order, gate_scores, query.limit, self.weighing if gated else None, unknown_names, asked)
         weighed = order
+        order = [entry for entry in order if entry.id not in left_out]
         if query.min_score is not None:
             order = [entry for entry in order if entry.score >= query.min_score]
         notes: tuple[str, ...] = ()
@@ -155,8 +189,12 @@ class MemorySearcher:
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
         # Found both ways, an entry is the vector search's: its score is its similarity either way.
         ranked = [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]]
-        considered = _considered(weighed, ranked, scores, signals, query) if query.explain else []
-        return Found(ranked, notes=notes, ranking=strategy, considered=considered)
+        considered = _considered(weighed, ranked, scores, signals, query, inputs, left_out) if query.explain else []
+        silence = ""
+        best = left_out.get(weighed[0].id) if weighed and not ranked else None
+        if best is not None and best[0] is Verdict.NOT_RELEVANT:
+            silence = f"no entry is relevant enough: {best[1]}"
+        return Found(ranked, notes=notes, ranking=strategy, considered=considered, silence=silence)
 
     async def _store_aware(
         self,
@@ -165,36 +203,56 @@ class MemorySearcher:
         query: SearchQuery,
         nearest: list[Candidate],
         words: list[Candidate],
+        asked: Asked,
+        unknown_names: float,
         signals: dict[str, dict[str, float]],
-    ) -> tuple[list[Candidate], dict[str, float]]:
-        """Each candidate's stand-out score with its share of the query's words (`ranking.with_words`);
-        then the best ones' session neighbours read, and each entry pulled toward a better neighbour
-        (`ranking.pulled_by_neighbours`). Best first, with the scores. Explaining, what each signal
-        added goes in `signals`, by id."""
+        inputs: dict[str, dict[str, float]],
+    ) -> tuple[list[Candidate], dict[str, float], dict[str, float]]:
+        """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
+        crowd and its share of the query's words (`ranking`), then, once the best ones' session
+        neighbours are read, a better neighbour and a better entry in its session (each measured by
+        the pre-weighing score, `ranking.with_words`), how far it is behind the best candidate, a date
+        the question names, a speaker the question names. Best first, with the scores. Explaining, what
+        each signal added goes in `signals` and their values in `inputs`, by id. Best first, with the
+        scores and the silence gate's scores (`Weighing.gate_score`)."""
         found = {c.id: c for c in (*words, *nearest)}
         crowds = ranking.crowds(nearest)
         standing = ranking.stand_out([*nearest, *words], crowds)
         lexical = {c.id: c.lexical or 0.0 for c in words}
-        scores = ranking.with_words(standing, lexical)
-        worded = scores
-        best = sorted(scores, key=lambda entry: -scores[entry])[: ranking.NEIGHBOURS_OF * query.limit]
+        worded = ranking.with_words(standing, lexical)
+        best = sorted(worded, key=lambda entry: -worded[entry])[: ranking.NEIGHBOURS_OF * query.limit]
+        beside: dict[str, set[str]] = {}
         in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
         if in_sessions:
             neighbours, beside = await self.store.neighbours(namespace, scope, query, in_sessions)
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
-            theirs = ranking.stand_out(neighbours, crowds)
-            standing, worded = theirs | standing, theirs | scores
-            scores = ranking.pulled_by_neighbours(worded, beside)
-        if query.explain:
-            for entry, score in scores.items():
-                similarity = found[entry].score
-                signals[entry] = {
-                    "stand_out": standing[entry] - similarity,
-                    "words": worded[entry] - standing[entry],
-                    "neighbour": score - worded[entry],
-                }
-        return sorted(found.values(), key=lambda c: -scores[c.id]), scores
+            worded = ranking.with_words(ranking.stand_out(neighbours, crowds), {}) | worded
+        weighing = self.weighing
+        top = max((c.score for c in found.values()), default=0.0)
+        sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
+        scores: dict[str, float] = {}
+        gate_scores: dict[str, float] = {}
+        for entry, candidate in found.items():
+            own = worded[entry]
+            values = {
+                "similarity": candidate.score,
+                "lead": candidate.score - crowds.get(candidate.store, candidate.score),
+                "words": lexical.get(entry, 0.0),
+                "neighbour": max((worded[n] - own for n in beside.get(entry, ()) if n in worded), default=0.0),
+                "behind_best": candidate.score - top,
+                "date": on_a_date(asked.dates, entry_date(candidate.memory.metadata, candidate.memory.create_time)),
+                "speaker": speaker_named(candidate.memory.content, asked.words),
+                "session": sessions.get(entry, own) - own,
+                "standing": own,
+            }
+            values["neighbour"] = max(values["neighbour"], 0.0)
+            scores[entry] = weighing.score(values)
+            gate_scores[entry] = weighing.gate_score(values)
+            if query.explain:
+                signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
+                inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
+        return sorted(found.values(), key=lambda c: -scores[c.id]), scores, gate_scores
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None
@@ -221,9 +279,17 @@ class MemorySearcher:
             query = replace(query, exclude_ids=frozenset(filter(is_memory_id, query.exclude_ids)))
             found, _, _ = await self._search(namespace, scope, query, deadline)
             entries = [_entry(record) for record in found.entries]
-            return SearchResult(entries, found.durations, found.left_out, found.notes, found.ranking, found.considered)
+            return SearchResult(
+                entries, found.durations, found.left_out, found.notes, found.ranking, found.considered, found.silence
+            )
 
         return search
+
+
+def _session(candidate: Candidate) -> tuple[str, str] | None:
+    """The session an entry was written in (its store's), None for none."""
+    session = candidate.memory.scope.session_id
+    return (candidate.store, session) if session else None
 
 
 def _entry(found: ScoredRecord) -> RetrievedEntry:
@@ -256,9 +322,13 @@ def _considered(
     scores: Mapping[str, float],
     signals: Mapping[str, dict[str, float]],
     query: SearchQuery,
+    inputs: Mapping[str, dict[str, float]] | None = None,
+    left_out: Mapping[str, tuple[Verdict, str]] | None = None,
 ) -> list[Considered]:
-    """The best `MAX_EXPLAINED` of what the ranking weighed, in its order, each with its signals; those
+    """The best `MAX_EXPLAINED` of what the ranking weighed, in its order, each with its signals (and
+    their values, `inputs`); those the ranking left out (`left_out`: not relevant, a near-copy), those
     below `min_score` and those ranked past what the search returns (`returned`) already decided."""
+    inputs, left_out = inputs or {}, left_out or {}
     kept = {entry.memory.id for entry in returned}
     considered: list[Considered] = []
     for rank, entry in enumerate(weighed[:MAX_EXPLAINED], start=1):
@@ -271,13 +341,50 @@ def _considered(
             entry.score,
             rank,
             signals.get(memory.id, {}),
+            inputs.get(memory.id, {}),
         )
-        if memory.id not in kept and query.min_score is not None and entry.score < query.min_score:
+        if memory.id in left_out:
+            candidate.decide(*left_out[memory.id])
+        elif memory.id not in kept and query.min_score is not None and entry.score < query.min_score:
             candidate.decide(Verdict.BELOW_MIN_SCORE, f"similarity {entry.score:.3f} is under {query.min_score}")
         elif memory.id not in kept:
             candidate.decide(Verdict.RANKED_BELOW, f"ranked {rank}, after the {len(kept)} best")
         considered.append(candidate)
     return considered
+
+
+def _left_out_of(
+    order: Sequence[Candidate],
+    gate_scores: Mapping[str, float],
+    limit: int,
+    gate: Weighing | None,
+    unknown_names: float,
+    asked: Asked,
+) -> dict[str, tuple[Verdict, str]]:
+    """The candidates of `order` (best first) the ranking leaves out, each with its verdict and why:
+    with `gate`, those not relevant enough by their `gate_scores` (every one, to say why); among the
+    best `limit` kept, a near-copy of a better one (`near_copy`)."""
+    left_out: dict[str, tuple[Verdict, str]] = {}
+    kept: list[Candidate] = []
+    for candidate in order:
+        score = gate_scores.get(candidate.id, candidate.score)
+        if gate is not None and not gate.relevant(score, unknown_names):
+            named = ""
+            if unknown_names:
+                held = ", ".join(asked.names)
+                named = f", less {gate.unknown_names * unknown_names:.2f} as the scope holds none of {held}"
+                named = named if unknown_names == 1 else f"{named} (not all)"
+            left_out[candidate.id] = (
+                Verdict.NOT_RELEVANT,
+                f"relevance {score:.2f}{named} is under the threshold {gate.threshold:.2f}",
+            )
+        elif len(kept) < limit:
+            copied = next((k for k in kept if near_copy(candidate.content, [k.content])), None)
+            if copied is not None:
+                left_out[candidate.id] = (Verdict.NEAR_COPY, f"says what {copied.id} says")
+            else:
+                kept.append(candidate)
+    return left_out
 
 
 def _left_out(name: str, dimension: int | None, query_dimension: int) -> str:

@@ -237,6 +237,47 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> st
     )
 
 
+# How many of the caller's entries a question's names are looked for among: a scope larger than this
+# cannot say a name is unknown to it (`unknown_share`), only that its sample does not hold it.
+NAMES_SAMPLE = 1000
+
+
+@functools.lru_cache(maxsize=128)
+def names_statement(dimension: int, scoped: str) -> str:
+    """How many of `%(named)s` (a question's names) none of up to `NAMES_SAMPLE` of the scope's entries
+    (`scoped`) holds among the stores of the dimension, how many there are (a name that is only a
+    stopword does not count), and how many entries were read. Composed once per shape."""
+    return (
+        sql.SQL(
+            _KNOWN_STORES + ", sample AS MATERIALIZED ("
+            " SELECT m.lexemes FROM {memories} m WHERE m.namespace = %(namespace)s"
+            " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})){scoped} LIMIT {most}"
+            ")"
+            " SELECT (SELECT count(*) FROM sample) AS sampled, count(*) AS named, count(*) FILTER (WHERE NOT EXISTS"
+            " (SELECT 1 FROM sample s WHERE s.lexemes @@ n.query)) AS unknown"
+            " FROM (SELECT plainto_tsquery('english', name) AS query FROM unnest(%(named)s::text[]) AS name) AS n"
+            " WHERE numnode(n.query) > 0"
+        )
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            memories=sql.Identifier(SCHEMA, "memories"),
+            dim=sql.Literal(dimension),
+            scoped=sql.SQL(scoped),
+            most=sql.Literal(NAMES_SAMPLE),
+        )
+        .as_string(None)
+    )
+
+
+def unknown_share(rows: list[dict[str, Any]]) -> float:
+    """The share of a question's names its scope holds none of (`names_statement`'s row); 0 when it
+    names none, or when the scope is larger than the sample read."""
+    (row,) = rows
+    if not row["named"] or row["sampled"] >= NAMES_SAMPLE:
+        return 0.0
+    return float(row["unknown"]) / float(row["named"])
+
+
 @functools.lru_cache(maxsize=32)
 def neighbours_statement(where: str) -> str:
     """The entries written just before and just after each of `%(ids)s` in its store and session (by

@@ -39,10 +39,12 @@ from .statements import (
     insert_entries,
     known_stores,
     memory_from_row,
+    names_statement,
     neighbours_statement,
     once,
     search_statement,
     stored_as_given,
+    unknown_share,
     words_statement,
 )
 
@@ -240,13 +242,16 @@ class PostgresMemoryStore:
         pool: int,
         lexical: int = 0,
         words: str = "word_matches",
-    ) -> tuple[dict[str, int], list[Candidate]]:
+        names: Sequence[str] = (),
+    ) -> tuple[dict[str, int], list[Candidate], float]:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
         where it matters (`nearest_per_store`, with a first pass of `pool` across them; each store's
         own when `query.filter` is set), and with `lexical`, up to that many entries sharing the words of
-        `query.text`, as `words` (the SQL function) weighs them (an entry may be among both).
-        `query.min_score` is not applied: a store's crowd counts every entry."""
+        `query.text`, as `words` (the SQL function) weighs them (an entry may be among both); and the
+        share of `names` no entry of the scope holds (`names_statement`; 0 when the scope is larger
+        than its sample, which cannot tell). `query.min_score` is not applied: a store's crowd counts
+        every entry."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -257,12 +262,16 @@ class PostgresMemoryStore:
         # One store named needs no pass across stores: a statement of its own, planned for its values.
         nearest = candidates_statement(dimension, where, filtered or len(query.stores) == 1)
         reads = [Read(nearest, params, INDEX_FIRST if filtered else None)]
+        # The words are weighed among the scope's entries, whatever the filter; so are the names.
+        scoped, _ = entries_where(scope, None, live=False)
         if lexical:
-            # The words are weighed among the scope's entries, whatever the filter.
-            scoped, _ = entries_where(scope, None, live=False)
             matching = words_statement(dimension, words, where, scoped)
             reads.append(Read(matching, params | {"words": query.text, "lexical": lexical}))
-        rows, *matched = await self.read_all(namespace, reads)
+        if names:
+            reads.append(Read(names_statement(dimension, scoped), params | {"named": list(names)}))
+        rows, *others = await self.read_all(namespace, reads)
+        matched = others[:1] if lexical else []
+        unknown = unknown_share(others[-1]) if names else 0.0
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
@@ -271,7 +280,7 @@ class PostgresMemoryStore:
         found = [Candidate(self.record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         for row in matched[0] if matched else ():
             found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
-        return known_stores(rows), found
+        return known_stores(rows), found, unknown
 
     async def neighbours(
         self, namespace: str, scope: Scope, query: SearchQuery, ids: Sequence[str]

@@ -49,6 +49,8 @@ class CandidateVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CANDIDATE_VERDICT_IN_CONVERSATION: _ClassVar[CandidateVerdict]
     CANDIDATE_VERDICT_OVER_BUDGET: _ClassVar[CandidateVerdict]
     CANDIDATE_VERDICT_NOT_FOLDED: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_NOT_RELEVANT: _ClassVar[CandidateVerdict]
+    CANDIDATE_VERDICT_NEAR_COPY: _ClassVar[CandidateVerdict]
 TRIGGER_UNSPECIFIED: Trigger
 TRIGGER_USER_TURN: Trigger
 TRIGGER_EVERY_TURN: Trigger
@@ -74,6 +76,8 @@ CANDIDATE_VERDICT_BELOW_MIN_SCORE: CandidateVerdict
 CANDIDATE_VERDICT_IN_CONVERSATION: CandidateVerdict
 CANDIDATE_VERDICT_OVER_BUDGET: CandidateVerdict
 CANDIDATE_VERDICT_NOT_FOLDED: CandidateVerdict
+CANDIDATE_VERDICT_NOT_RELEVANT: CandidateVerdict
+CANDIDATE_VERDICT_NEAR_COPY: CandidateVerdict
 
 class MemoryOptions(_message.Message):
     __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking", "filter")
@@ -166,8 +170,15 @@ class InjectedEntry(_message.Message):
     def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class CandidateReport(_message.Message):
-    __slots__ = ("id", "store", "content", "score", "similarity", "signals", "verdict", "detail", "rank")
+    __slots__ = ("id", "store", "content", "score", "similarity", "signals", "verdict", "detail", "rank", "inputs")
     class SignalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class InputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +194,7 @@ class CandidateReport(_message.Message):
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     store: str
     content: str
@@ -192,7 +204,8 @@ class CandidateReport(_message.Message):
     verdict: CandidateVerdict
     detail: str
     rank: int
-    def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., content: _Optional[str] = ..., score: _Optional[float] = ..., similarity: _Optional[float] = ..., signals: _Optional[_Mapping[str, float]] = ..., verdict: _Optional[_Union[CandidateVerdict, str]] = ..., detail: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
+    inputs: _containers.ScalarMap[str, float]
+    def __init__(self, id: _Optional[str] = ..., store: _Optional[str] = ..., content: _Optional[str] = ..., score: _Optional[float] = ..., similarity: _Optional[float] = ..., signals: _Optional[_Mapping[str, float]] = ..., verdict: _Optional[_Union[CandidateVerdict, str]] = ..., detail: _Optional[str] = ..., rank: _Optional[int] = ..., inputs: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InjectionReport(_message.Message):
     __slots__ = ("injected", "skip_reason", "detail", "query", "entries", "target_message_index", "stage_durations", "sources", "total_tokens", "ranking", "database", "candidates")

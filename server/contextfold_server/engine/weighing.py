@@ -1,0 +1,264 @@
+"""The default ranking's learnt weighing: what each signal of a candidate is worth, and when none is
+relevant enough to inject.
+
+The signals are cheap, read from what the search fetched (engine/ranking.py has the crowds,
+the words and the neighbours): the similarity, its lead over the store's crowd and over the
+best candidate, the query's words held, a better neighbour or a better entry in the same
+session, a date the question names, a speaker the question names. A candidate's score is
+the weighed sum of its signals (a log-odds of relevance, from a logistic fit); the weights
+and the silence threshold are plain numbers in `weighing.json`, fitted by `bench/weighing.py`
+on LoCoMo's development conversations and our own labelled sets, and judged there by
+cross-validation (fitted without a conversation or set, scored on it, in turn).
+
+These are pure functions: the search gathers what they weigh.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+# The signals a candidate is weighed by, in the order `weighing.json` lists their weights.
+SIGNALS = ("similarity", "lead", "words", "neighbour", "behind_best", "date", "speaker", "session", "standing")
+# What the order's weights are fitted over: `standing` (the similarity, twice its lead over the crowd and 1.5
+# times the words' share: `ranking.with_words`) in place of its three parts. Fitted apart, the parts trade
+# weights (a lead is a similarity less the crowd's), and the lone entry of a small store, which has no lead,
+# would be ranked by what is left: nothing, when the similarity's weight comes out 0.
+FITTED_SIGNALS = ("standing", "neighbour", "behind_best", "date", "speaker", "session")
+# The signals the silence gate weighs (its weights are fitted apart from the order's, `weighing.json`).
+GATE_SIGNALS = FITTED_SIGNALS
+# A question-wide signal: the share of the names the question asks about that no entry in the scope holds.
+UNKNOWN_NAMES = "unknown_names"
+WEIGHTS_FILE = Path(__file__).with_name("weighing.json")
+
+
+@dataclass(frozen=True)
+class Weighing:
+    """The fitted numbers: a weight per signal and an intercept (a candidate's score, which orders the
+    candidates, is their sum); and the silence gate, its own weights over `GATE_SIGNALS`: a candidate is
+    injected only if its gate score, less `unknown_names` times the question's share of unknown names,
+    reaches `threshold`."""
+
+    weights: Mapping[str, float]
+    intercept: float
+    gate_weights: Mapping[str, float]
+    gate_intercept: float
+    threshold: float
+    unknown_names: float
+
+    @classmethod
+    def load(cls, path: Path = WEIGHTS_FILE) -> Weighing:
+        data = json.loads(path.read_text())
+        gate = data["gate"]
+        return cls(
+            {name: float(data["weights"].get(name, 0.0)) for name in SIGNALS},
+            float(data["intercept"]),
+            {name: float(gate["weights"].get(name, 0.0)) for name in GATE_SIGNALS},
+            float(gate["intercept"]),
+            float(gate["threshold"]),
+            float(gate["unknown_names"]),
+        )
+
+    def contributions(self, signals: Mapping[str, float]) -> dict[str, float]:
+        """What each signal adds to a candidate's score."""
+        return {name: self.weights.get(name, 0.0) * value for name, value in signals.items()}
+
+    def score(self, signals: Mapping[str, float]) -> float:
+        return self.intercept + sum(self.contributions(signals).values())
+
+    def gate_score(self, signals: Mapping[str, float]) -> float:
+        return self.gate_intercept + sum(weight * signals.get(name, 0.0) for name, weight in self.gate_weights.items())
+
+    def relevant(self, gate_score: float, unknown_names: float) -> bool:
+        """Whether a candidate of this gate score is relevant enough to inject, for a question whose
+        names the scope holds none of in this share."""
+        return gate_score - self.unknown_names * unknown_names >= self.threshold
+
+
+@functools.cache
+def default_weighing() -> Weighing:
+    return Weighing.load()
+
+
+# What the question's words look like, lower-cased, a possessive dropped ("Melanie's" asks about Melanie).
+_WORD = re.compile(r"[^\W_][\w'\u2019-]*")
+_POSSESSIVE = re.compile(r"['\u2019]s?$")
+# A conversation turn written `Speaker: what they said` (one to three capitalised words before the colon).
+_SPEAKER = re.compile(r"^([A-Z][\w'\u2019.-]{0,40}(?: [A-Z][\w'\u2019.-]{0,40}){0,2}):\s")
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_WEEKDAYS = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+# Capitalised words that name nothing in particular: a sentence's own, pronouns, greetings.
+_NOT_NAMES = {"i", "i'm", "i've", "i'd", "i'll", "ok", "hi", "hey", "please", "thanks"}
+_MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d\d)"
+_DAY_MONTH = re.compile(rf"\b{_DAY}(?:\s+of)?\s+{_MONTH}(?:,?\s+{_YEAR})?\b", re.I)
+_MONTH_DAY = re.compile(rf"\b{_MONTH}\s+{_DAY}\b(?:,?\s+{_YEAR})?", re.I)
+_ISO_DAY = re.compile(r"\b((?:19|20)\d\d)-(\d\d)-(\d\d)\b")
+# A month alone names a date only after a preposition ("in May"; "May I" does not) or before a year.
+_MONTH_YEAR = re.compile(rf"\b{_MONTH}(?:\s+of)?,?\s+{_YEAR}\b", re.I)
+_IN_MONTH = re.compile(rf"\b(?:in|during|since|by|of|through|until|early|late|mid)\s+{_MONTH}\b", re.I)
+_IN_YEAR = re.compile(rf"\b(?:in|during|since|of|through|until)\s+{_YEAR}\b", re.I)
+
+
+@dataclass(frozen=True)
+class DateSpan:
+    """A date a question names: a day (within a day either side, for time zones), a month or a year; a
+    day or a month named with no year holds in any year."""
+
+    year: int | None
+    month: int | None = None
+    day: int | None = None
+
+    def holds(self, when: datetime) -> bool:
+        if self.day is not None and self.month is not None:
+            if self.year is None:
+                return when.month == self.month and abs(when.day - self.day) <= 1
+            return abs((when.date() - date(self.year, self.month, self.day)).days) <= 1
+        if self.month is not None and when.month != self.month:
+            return False
+        return self.year is None or when.year == self.year
+
+
+def question_dates(text: str) -> tuple[DateSpan, ...]:
+    """The dates `text` names, written out ("13 October 2023", "October 13", "2023-10-13", "in May
+    2023", "in June", "in 2022"); the most precise reading of each part wins. Relative dates
+    ("last week") are not read: what they are relative to is the conversation's, not the server's."""
+    spans: list[DateSpan] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(found: re.Match[str], span: DateSpan) -> None:
+        if any(start < found.end() and found.start() < end for start, end in taken):
+            return
+        if span.day is not None and not _valid_day(span):
+            return
+        taken.append(found.span())
+        spans.append(span)
+
+    for found in _ISO_DAY.finditer(text):
+        add(found, DateSpan(int(found[1]), int(found[2]), int(found[3])))
+    for found in _DAY_MONTH.finditer(text):
+        add(found, DateSpan(_year(found[3]), _MONTHS[found[2].lower()], int(found[1])))
+    for found in _MONTH_DAY.finditer(text):
+        add(found, DateSpan(_year(found[3]), _MONTHS[found[1].lower()], int(found[2])))
+    for found in _MONTH_YEAR.finditer(text):
+        add(found, DateSpan(int(found[2]), _MONTHS[found[1].lower()]))
+    for found in _IN_MONTH.finditer(text):
+        add(found, DateSpan(None, _MONTHS[found[1].lower()]))
+    for found in _IN_YEAR.finditer(text):
+        add(found, DateSpan(int(found[1])))
+    return tuple(spans)
+
+
+def _year(text: str | None) -> int | None:
+    return int(text) if text else None
+
+
+def _valid_day(span: DateSpan) -> bool:
+    try:
+        date(span.year or 2000, span.month or 1, span.day or 1)
+    except ValueError:
+        return False
+    return True
+
+
+def on_a_date(spans: Sequence[DateSpan], when: datetime | None) -> float:
+    """1 when an entry written at `when` falls on a date the question names, else 0."""
+    return 1.0 if when is not None and any(span.holds(when) for span in spans) else 0.0
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the weighing reads in a question: its words (`question_words`), the dates it names
+    (`question_dates`), the names it asks about (`names_in`)."""
+
+    words: frozenset[str]
+    dates: tuple[DateSpan, ...]
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, text: str) -> Asked:
+        return cls(question_words(text), question_dates(text), names_in(text))
+
+
+def entry_date(metadata: Mapping[str, object], create_time: datetime | None) -> datetime | None:
+    """When an entry says it happened: its metadata's `date` (ISO 8601, a day or a time), else when it
+    was written (`create_time`). A conversation stored after the fact keeps each session's date there."""
+    stated = metadata.get("date")
+    if isinstance(stated, str):
+        try:
+            return datetime.fromisoformat(stated.strip())
+        except ValueError:
+            pass
+    return create_time
+
+
+def question_words(text: str) -> frozenset[str]:
+    """The question's words, lower-cased, possessives dropped."""
+    return frozenset(_POSSESSIVE.sub("", word.lower()) for word in _WORD.findall(text))
+
+
+def speaker_named(content: str, words: frozenset[str]) -> float:
+    """1 when the entry is a turn written `Speaker: …` whose speaker (any word of the name) the
+    question names, else 0: "What did Melanie read?" asks about Melanie's turns."""
+    found = _SPEAKER.match(content)
+    if not found:
+        return 0.0
+    return 1.0 if any(part.lower() in words for part in found[1].split()) else 0.0
+
+
+def names_in(text: str) -> tuple[str, ...]:
+    """The names a question asks about: its capitalised words of letters that do not begin a sentence
+    (nor are a pronoun, a month or a weekday, nor written in capitals: `AWS`, `UI` are terms, and ids
+    are the words' to find), possessives dropped, each once."""
+    names: dict[str, None] = {}
+    for sentence in re.split(r"(?<=[.!?;:])\s+|\n+", text):
+        for position, word in enumerate(_WORD.findall(sentence)):
+            bare = _POSSESSIVE.sub("", word)
+            lowered = bare.lower()
+            if position == 0 or not bare[:1].isupper() or lowered in _NOT_NAMES:
+                continue
+            if not bare.isalpha() or len(bare) < 2 or bare.isupper():
+                continue
+            if lowered in _MONTHS or lowered in _WEEKDAYS:
+                continue
+            names.setdefault(bare, None)
+    return tuple(names)
+
+
+def near_copy(content: str, better: Iterable[str], threshold: float = 0.9) -> bool:
+    """Whether `content` says what one of `better` says: their words (lower-cased) overlap by at least
+    `threshold` of both together (Jaccard). A near-copy adds nothing the model does not already have."""
+    words = set(_WORD.findall(content.lower()))
+    if not words:
+        return False
+    for other in better:
+        theirs = set(_WORD.findall(other.lower()))
+        if theirs and len(words & theirs) / len(words | theirs) >= threshold:
+            return True
+    return False
