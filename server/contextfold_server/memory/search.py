@@ -212,9 +212,9 @@ class MemorySearcher:
         crowd and its share of the query's words (`ranking`), then, once the best ones' session
         neighbours are read, a better neighbour and a better entry in its session (each measured by
         the pre-weighing score, `ranking.with_words`), how far it is behind the best candidate, a date
-        the question names, a speaker the question names. Best first, with the scores. Explaining, what
-        each signal added goes in `signals` and their values in `inputs`, by id. Best first, with the
-        scores and the silence gate's scores (`Weighing.gate_score`)."""
+        the question names, a speaker the question names. Best first, with the scores and the silence
+        gate's scores (`Weighing.gate_score`). Explaining, what each signal added goes in `signals` and
+        their values in `inputs`, by id."""
         found = {c.id: c for c in (*words, *nearest)}
         crowds = ranking.crowds(nearest)
         standing = ranking.stand_out([*nearest, *words], crowds)
@@ -239,14 +239,13 @@ class MemorySearcher:
                 "similarity": candidate.score,
                 "lead": candidate.score - crowds.get(candidate.store, candidate.score),
                 "words": lexical.get(entry, 0.0),
-                "neighbour": max((worded[n] - own for n in beside.get(entry, ()) if n in worded), default=0.0),
+                "neighbour": max([0.0, *(worded[n] - own for n in beside.get(entry, ()) if n in worded)]),
                 "behind_best": candidate.score - top,
                 "date": on_a_date(asked.dates, entry_date(candidate.memory.metadata, candidate.memory.create_time)),
                 "speaker": speaker_named(candidate.memory.content, asked.words),
                 "session": sessions.get(entry, own) - own,
                 "standing": own,
             }
-            values["neighbour"] = max(values["neighbour"], 0.0)
             scores[entry] = weighing.score(values)
             gate_scores[entry] = weighing.gate_score(values)
             if query.explain:
