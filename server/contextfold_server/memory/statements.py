@@ -209,19 +209,25 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> st
     stores of the dimension, as `lexical` (a function's name) weighs them: `word_matches` (every word,
     weighed as BM25 does among the entries of `scoped`, the scope's conditions: `_WEIGHED_WORDS`) or
     `rare_word_matches` (the rare ones); each entry with its distance and its words' weight (`lexical`).
-    Composed once per shape."""
+    Under `word_matches`, its first row also says (`named`, `unknown`, `sampled`) how many of
+    `%(named)s` (a question's names; a name that is only a stopword does not count) none of the entries
+    its words were weighed among holds, and how many those were: read from the same sample, and always
+    on a row of its own when no entry matches (`unknown_share`). Composed once per shape."""
     if lexical == "word_matches":
         matched = (
-            _WEIGHED_WORDS + " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
+            _WEIGHED_WORDS + _NAMED + " SELECT " + _NAMED_ONCE + ", found.* FROM (SELECT 1) AS one LEFT JOIN ("
+            " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
             " FROM asked CROSS JOIN {function}(asked.finding, asked.words, asked.idf, asked.mean_length, asked.most,"
         )
+        ending = ") AS found ON true"
     else:
         matched = " SELECT {columns}, {distance} AS distance, matched.weight AS lexical FROM {function}(%(words)s,"
+        ending = ""
     return (
         sql.SQL(
             _KNOWN_STORES + matched + " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
             " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS matched"
-            " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = matched.id{where}"
+            " JOIN {memories} AS m ON m.namespace = %(namespace)s AND m.id = matched.id{where}" + ending
         )
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
@@ -237,45 +243,31 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> st
     )
 
 
-# How many of the caller's entries a question's names are looked for among: a scope larger than this
-# cannot say a name is unknown to it (`unknown_share`), only that its sample does not hold it.
+# How many of the caller's entries a question's names are looked for among (`_WEIGHED_WORDS`' sample): a
+# scope larger than this cannot say a name is unknown to it (`unknown_share`), only that its sample does
+# not hold it.
 NAMES_SAMPLE = 1000
-
-
-@functools.lru_cache(maxsize=128)
-def names_statement(dimension: int, scoped: str) -> str:
-    """How many of `%(named)s` (a question's names) none of up to `NAMES_SAMPLE` of the scope's entries
-    (`scoped`) holds among the stores of the dimension, how many there are (a name that is only a
-    stopword does not count), and how many entries were read. Composed once per shape."""
-    return (
-        sql.SQL(
-            _KNOWN_STORES + ", sample AS MATERIALIZED ("
-            " SELECT m.lexemes FROM {memories} m WHERE m.namespace = %(namespace)s"
-            " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})){scoped} LIMIT {most}"
-            ")"
-            " SELECT (SELECT count(*) FROM sample) AS sampled, count(*) AS named, count(*) FILTER (WHERE NOT EXISTS"
-            " (SELECT 1 FROM sample s WHERE s.lexemes @@ n.query)) AS unknown"
-            " FROM (SELECT plainto_tsquery('english', name) AS query FROM unnest(%(named)s::text[]) AS name) AS n"
-            " WHERE numnode(n.query) > 0"
-        )
-        .format(
-            stores=sql.Identifier(SCHEMA, "stores"),
-            memories=sql.Identifier(SCHEMA, "memories"),
-            dim=sql.Literal(dimension),
-            scoped=sql.SQL(scoped),
-            most=sql.Literal(NAMES_SAMPLE),
-        )
-        .as_string(None)
-    )
+_NAMED = (
+    ", named AS MATERIALIZED ("
+    " SELECT count(*) AS named, count(*) FILTER (WHERE NOT EXISTS"
+    " (SELECT 1 FROM sample s WHERE s.lexemes @@ n.query)) AS unknown"
+    " FROM (SELECT plainto_tsquery('english', name) AS query FROM unnest(%(named)s::text[]) AS name) AS n"
+    " WHERE numnode(n.query) > 0"
+    ")"
+)
+_NAMED_ONCE = ", ".join(
+    f"CASE WHEN row_number() OVER () = 1 THEN (SELECT {value} FROM {table}) END AS {column}"
+    for column, value, table in (("named", "named", "named"), ("unknown", "unknown", "named"), ("sampled", "size", "sampled"))
+)
 
 
 def unknown_share(rows: list[dict[str, Any]]) -> float:
-    """The share of a question's names its scope holds none of (`names_statement`'s row); 0 when it
-    names none, or when the scope is larger than the sample read."""
-    (row,) = rows
-    if not row["named"] or row["sampled"] >= NAMES_SAMPLE:
+    """The share of a question's names its scope holds none of (`words_statement`'s first row); 0 when
+    it names none, or when the scope is larger than the sample read."""
+    named, sampled = once(rows, "named"), once(rows, "sampled")
+    if not named or sampled >= NAMES_SAMPLE:
         return 0.0
-    return float(row["unknown"]) / float(row["named"])
+    return float(once(rows, "unknown")) / float(named)
 
 
 @functools.lru_cache(maxsize=32)

@@ -39,7 +39,6 @@ from .statements import (
     insert_entries,
     known_stores,
     memory_from_row,
-    names_statement,
     neighbours_statement,
     once,
     search_statement,
@@ -249,8 +248,8 @@ class PostgresMemoryStore:
         where it matters (`nearest_per_store`, with a first pass of `pool` across them; each store's
         own when `query.filter` is set), and with `lexical`, up to that many entries sharing the words of
         `query.text`, as `words` (the SQL function) weighs them (an entry may be among both); and the
-        share of `names` no entry of the scope holds (`names_statement`; 0 when the scope is larger
-        than its sample, which cannot tell). `query.min_score` is not applied: a store's crowd counts
+        share of `names` no entry of the scope holds (read with the words, `words_statement`; 0 without
+        words, or when the scope is larger than their sample, which cannot tell). `query.min_score` is not applied: a store's crowd counts
         every entry."""
         where, params = self._searching(namespace, scope, query)
         params |= {
@@ -266,12 +265,9 @@ class PostgresMemoryStore:
         scoped, _ = entries_where(scope, None, live=False)
         if lexical:
             matching = words_statement(dimension, words, where, scoped)
-            reads.append(Read(matching, params | {"words": query.text, "lexical": lexical}))
-        if names:
-            reads.append(Read(names_statement(dimension, scoped), params | {"named": list(names)}))
-        rows, *others = await self.read_all(namespace, reads)
-        matched = others[:1] if lexical else []
-        unknown = unknown_share(others[-1]) if names else 0.0
+            reads.append(Read(matching, params | {"words": query.text, "lexical": lexical, "named": list(names)}))
+        rows, *matched = await self.read_all(namespace, reads)
+        unknown = unknown_share(matched[0]) if names and matched else 0.0
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
@@ -279,7 +275,8 @@ class PostgresMemoryStore:
             rows = await self.read(namespace, candidates_statement(dimension, narrowed, filtered, exact=True), params)
         found = [Candidate(self.record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         for row in matched[0] if matched else ():
-            found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
+            if row["id"] is not None:
+                found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
         return known_stores(rows), found, unknown
 
     async def neighbours(
