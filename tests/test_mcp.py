@@ -448,6 +448,24 @@ def test_over_http_a_request_without_a_key_is_refused_though_the_process_has_one
         assert "UNAUTHENTICATED" in text, text
 
 
+def test_over_http_a_key_that_cannot_be_one_is_a_tool_error_saying_why(http) -> None:
+    text = run(refused_once(http.client("cfk_..."), "list_stores"))
+    assert "the API key in the request's Authorization header looks like a placeholder" in text, text
+    assert "INTERNAL" not in text and "Traceback" not in text
+
+
+def test_over_stdio_a_key_that_cannot_be_one_stops_the_start_naming_where_it_came_from(server) -> None:
+    environment = {**os.environ, "CONTEXTFOLD_API_KEY": "cfk_…"}
+    ended = subprocess.run(
+        command(server.address), env=environment, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert ended.returncode == 2
+    assert ended.stderr.startswith("error: the API key from CONTEXTFOLD_API_KEY holds '…' (U+2026) at position 4"), (
+        ended.stderr
+    )
+    assert "Traceback" not in ended.stderr
+
+
 def test_a_scope_bound_key_through_mcp_reaches_only_its_users_entries(server, http, tenant_keys, entries) -> None:
     for client in (lambda: stdio(server.address, tenant_keys.ana), lambda: http.client(tenant_keys.ana)):
         found = run(once(client(), "recall", query="Whose cat is called Pixel?", max_results=100))
@@ -626,7 +644,7 @@ def notes(server: ServerProcess, tenant_keys: Keys) -> str:
 def test_the_pages_stdio_command_runs_as_printed_confined_to_its_user(server, tenant_keys, notes) -> None:
     """docs/mcp.md's stdio line, its key and address the test's: the host starts it and recalls ana's note only."""
     line = replacing(
-        printed("docs/mcp.md", "mcp --store notes --user-id ana"),
+        printed("docs/mcp.md", "memory.internal:50051 mcp --store notes --user-id ana"),
         {"cfk_…": tenant_keys.acme_agent, "memory.internal:50051": server.address},
     )
     host = McpClient(StdioServerParameters(command="bash", args=["-euc", line], env=environment(), cwd=str(ROOT)))
@@ -639,7 +657,7 @@ def test_the_pages_http_command_runs_as_printed_each_request_with_its_own_key(se
     `notes`; one with globex's key is refused there, as contextfold refuses it."""
     port = free_port()
     line = replacing(
-        printed("docs/mcp.md", "mcp --transport http --port 8765"),
+        printed("docs/mcp.md", "memory.internal:50051 mcp --transport http --port 8765"),
         {"memory.internal:50051": server.address, "--port 8765": f"--port {port}"},
     )
     with running_printed(line, ROOT, listening(port)) as process:

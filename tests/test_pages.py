@@ -183,9 +183,9 @@ def test_five_minutes_with_it_runs_as_printed_and_prints_what_the_readme_shows(
     )
     bind(blocks(five, "text")[0], python.stdout, ids)
 
-    injected = run_printed(
-        printed("README.md", "inject --file conversation.json"), checkout, CONTEXTFOLD_ADDRESS=fresh.address
-    )
+    before = set(checkout.iterdir())
+    injected = run_printed(printed("README.md", "inject --file -"), checkout, CONTEXTFOLD_ADDRESS=fresh.address)
+    assert set(checkout.iterdir()) == before, "the README's walk leaves nothing in the checkout"
     bind_json(json.loads(shown_json[1]), json.loads(injected.stdout), ids)
     stderr = re.search(r"and on stderr: `([^`]+)`", five).group(1)
     assert stderr in injected.stderr.splitlines(), injected.stderr
@@ -228,7 +228,6 @@ def test_a_provider_registered_as_printed_is_asked_by_every_inject(fresh: Server
     """The providers page's clock, started and registered as printed, answers the README's conversation."""
     port = free_port()
     on_a_free_port = {"127.0.0.1:50061": f"127.0.0.1:{port}"}
-    run_printed(printed("README.md", "> conversation.json"), checkout, CONTEXTFOLD_ADDRESS=fresh.address)
     clock = replacing(printed("docs/providers.md", "examples/providers/clock.py"), on_a_free_port)
     with running_printed(clock, checkout, listening(port)):
         try:

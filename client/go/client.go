@@ -75,9 +75,14 @@ func Dial(options Options) (*Client, error) {
 	if address == "" {
 		address = DefaultAddress
 	}
-	apiKey := options.APIKey
+	apiKey, source := options.APIKey, "Options.APIKey"
 	if apiKey == "" {
-		apiKey = os.Getenv("CONTEXTFOLD_API_KEY")
+		apiKey, source = os.Getenv("CONTEXTFOLD_API_KEY"), "CONTEXTFOLD_API_KEY"
+	}
+	if apiKey != "" {
+		if err := checkedKey(apiKey, source); err != nil {
+			return nil, err
+		}
 	}
 	timeout := options.Timeout
 	if timeout == 0 {

@@ -176,7 +176,7 @@ func TestAnErrorCarriesItsStatusAndDetails(t *testing.T) {
 		invalid.FieldViolations[0].Field != "query" || invalid.FieldViolations[0].Description == "" {
 		t.Fatalf("error %#v", err)
 	}
-	if !strings.HasPrefix(invalid.Error(), "contextfold: INVALID_ARGUMENT: ") {
+	if !strings.HasPrefix(invalid.Error(), "contextfold: INVALID_ARGUMENT: ") || !strings.Contains(invalid.Error(), " (query: ") {
 		t.Fatalf("message %q", invalid.Error())
 	}
 
@@ -326,6 +326,21 @@ func TestTheAPIKeyGoesWithEveryCall(t *testing.T) {
 	t.Setenv("CONTEXTFOLD_API_KEY", key)
 	if _, err := dial(t, contextfold.Options{Address: address}).Memory.ListStores(context.Background(), list); err != nil {
 		t.Fatalf("with CONTEXTFOLD_API_KEY: %v", err)
+	}
+}
+
+func TestAnAPIKeyThatCannotBeAHeaderIsRefusedByDialNamingWhereItCameFrom(t *testing.T) {
+	_, err := contextfold.Dial(contextfold.Options{APIKey: "cfk_…"})
+	if err == nil || !strings.HasPrefix(err.Error(), "contextfold: the API key from Options.APIKey holds '…' (U+2026) at position 4") {
+		t.Fatalf("placeholder: %v", err)
+	}
+	t.Setenv("CONTEXTFOLD_API_KEY", "cfk_1234\t5678")
+	_, err = contextfold.Dial(contextfold.Options{})
+	if err == nil || !strings.Contains(err.Error(), "from CONTEXTFOLD_API_KEY holds U+0009 at position 8") {
+		t.Fatalf("a tab: %v", err)
+	}
+	if problem := contextfold.KeyProblem("<your key>"); !strings.HasPrefix(problem, "looks like a placeholder") {
+		t.Fatalf("angle brackets: %q", problem)
 	}
 }
 

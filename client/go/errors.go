@@ -48,7 +48,21 @@ type Resource struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("contextfold: %s: %s", StatusName(e.Code), e.Message)
+	text := fmt.Sprintf("contextfold: %s: %s", StatusName(e.Code), e.Message)
+	var said []string
+	if e.Reason != "" {
+		said = append(said, "reason: "+e.Reason)
+	}
+	if e.Resource != nil {
+		said = append(said, fmt.Sprintf("resource: %s %s", e.Resource.Type, e.Resource.Name))
+	}
+	for _, violation := range e.FieldViolations {
+		said = append(said, violation.Field+": "+violation.Description)
+	}
+	if len(said) > 0 {
+		text += " (" + strings.Join(said, "; ") + ")"
+	}
+	return text
 }
 
 // GRPCStatus is the status the service sent, details included.

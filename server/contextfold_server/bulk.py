@@ -18,6 +18,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 from multiprocessing.connection import Connection
 
 import grpc
@@ -33,12 +34,13 @@ from .postgres.listener import ChangeListener
 from .postgres.pool import Database
 from .process import hear_the_supervisor
 from .reports import Listening, Serving
-from .wiring import Shared, build_bulk
+from .wiring import Shared, StartFailed, build_bulk
 
 logger = logging.getLogger("contextfold")
 
 
-async def serve_bulk(config: Config, shared: Shared, index: int, reports: Connection) -> None:
+async def serve_bulk(config: Config, shared: Shared, index: int, reports: Connection) -> int:
+    """Serve the workers' bulk calls until told to stop; the exit code (1: it could not start, `StartFailed`)."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -59,8 +61,14 @@ async def serve_bulk(config: Config, shared: Shared, index: int, reports: Connec
         if not starting.done():
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
-            return
-        services = starting.result()  # a start-up that failed raises here
+            return 0
+        if isinstance(starting.exception(), StartFailed):
+            logger.error(
+                "reason=<%s> | bulk_worker=<%d> | the bulk worker cannot start | stopping", starting.exception(), index
+            )
+            following.cancel()
+            return 1
+        services = starting.result()  # a start-up that failed otherwise raises here
         databases.extend(services.databases)
         server = grpc.aio.server(
             interceptors=[BulkCalls()],
@@ -80,6 +88,7 @@ async def serve_bulk(config: Config, shared: Shared, index: int, reports: Connec
         await server.stop(config.grace_seconds)
         following.cancel()
     logger.info("stopped | bulk_worker=<%d>", index)
+    return 0
 
 
 def lower_own_priority(nice: int) -> None:
@@ -101,6 +110,7 @@ def run_bulk_worker(config: Config, shared: Shared, index: int, reports: Connect
     lower_own_priority(config.bulk_nice)
     configure_logging(config.log_level, config.log_format, worker=f"bulk-{index}")
     try:
-        asyncio.run(serve_bulk(config, shared, index, reports))
+        code = asyncio.run(serve_bulk(config, shared, index, reports))
     finally:
         reports.close()
+    sys.exit(code)

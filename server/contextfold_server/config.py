@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from .access.quotas import DEFAULT_QUOTA, Quota
 from .engine.ranking import DEFAULT_RANKING, Ranking
 from .memory.reranker import RERANKER_APIS
+from .postgres.conninfo import url_problem
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
 from .postgres.vector_index import OWN_INDEX_ENTRIES
@@ -70,6 +72,9 @@ class Config:
     auth: str
     # The schema owner's URL, when requests log in as a role of their own ("": the same as database_url).
     database_migration_url: str
+    # How long a worker waits at start for a database it cannot reach, then gives up (0: for as long as
+    # it takes).
+    database_wait_seconds: float
     # Streaming replicas of database_url that serve reads (postgres/replicas.py), how far behind one
     # may be and still serve, and how often each worker checks them.
     database_read_urls: tuple[str, ...]
@@ -169,6 +174,14 @@ def option_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentP
         default="",
         help="the schema owner's URL (migrations, index builds, API keys); --database-url is then a role"
         " of its own that only reads and writes the tenants' rows (default: --database-url does both)",
+    )
+    option(
+        "--database-wait-seconds",
+        float,
+        0.0,
+        help="give up (exit 1) when the database cannot be reached for this long at start, for an orchestrator"
+        " that would rather restart the service; meanwhile health says NOT_SERVING and each try waits twice as"
+        " long as the last, up to 30 s (default 0: wait for as long as it takes)",
     )
     option(
         "--data-dir",
@@ -435,16 +448,36 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser = option_parser()
     read_urls = os.environ.get("CONTEXTFOLD_DATABASE_READ_URL", "").split()
     args = parser.parse_args(argv)
+
+    def refuse(message: str) -> None:
+        """One line naming what is wrong, and exit 2 (argparse's own errors add the usage, whose length
+        buries the reason)."""
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
-        parser.error("--tls-cert-file and --tls-key-file go together")
+        refuse("--tls-cert-file and --tls-key-file go together")
     if args.ranking == Ranking.RERANK.value and not args.reranker_url:
-        parser.error("--ranking rerank needs --reranker-url")
+        refuse("--ranking rerank needs --reranker-url")
     if (args.database_read_url or read_urls) and not args.database_url:
-        parser.error("--database-read-url needs --database-url: the replicas' primary (the embedded one has none)")
+        refuse("--database-read-url needs --database-url: the replicas' primary (the embedded one has none)")
     if args.replica_max_lag_seconds < 0 or args.replica_check_seconds <= 0:
-        parser.error("--replica-max-lag-seconds must be 0 or more, --replica-check-seconds more than 0")
+        refuse("--replica-max-lag-seconds must be 0 or more, --replica-check-seconds more than 0")
     if args.tls_client_ca_file is not None and args.tls_cert_file is None:
-        parser.error("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+        refuse("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+    if args.database_wait_seconds < 0:
+        refuse("--database-wait-seconds must be 0 (wait for as long as it takes) or more")
+    given = sys.argv[1:] if argv is None else argv
+    urls = [
+        ("--database-url", [args.database_url]),
+        ("--database-migration-url", [args.database_migration_url]),
+        ("--database-read-url", args.database_read_url if args.database_read_url is not None else read_urls),
+    ]
+    for flag, values in urls:
+        for url in values:
+            if url and (problem := url_problem(url)):
+                named = any(word == flag or word.startswith(flag + "=") for word in given)
+                source = flag if named else "CONTEXTFOLD_" + flag.removeprefix("--").replace("-", "_").upper()
+                refuse(f"{source} is not a database URL libpq can read: {problem}")
     return Config(
         host=args.host,
         port=args.port,
@@ -486,6 +519,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         cache_reload_seconds=max(0.1, args.cache_reload_seconds),
         auth=args.auth,
         database_migration_url=args.database_migration_url,
+        database_wait_seconds=args.database_wait_seconds,
         database_read_urls=tuple(args.database_read_url if args.database_read_url is not None else read_urls),
         replica_max_lag_seconds=args.replica_max_lag_seconds,
         replica_check_seconds=args.replica_check_seconds,

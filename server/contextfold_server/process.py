@@ -17,6 +17,7 @@ import gc
 import logging
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from multiprocessing.connection import Connection
@@ -53,7 +54,7 @@ from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
 from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
-from .wiring import Services, Shared, build, grpc_server
+from .wiring import Services, Shared, StartFailed, build, grpc_server
 
 logger = logging.getLogger("contextfold")
 
@@ -66,7 +67,8 @@ SERVICES = (
 SERVICE_NAMES = tuple(service.full_name for service, _, _ in SERVICES)
 
 
-async def serve(config: Config, shared: Shared, worker: int, reports: Connection) -> None:
+async def serve(config: Config, shared: Shared, worker: int, reports: Connection) -> int:
+    """Serve until told to stop; the worker's exit code (1: it could not start, `StartFailed`)."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -117,8 +119,11 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         starting = asyncio.create_task(build(config, shared, running, listener, metrics, own_ports, quotas, usage))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
-        if starting.done():
-            services: Services = starting.result()  # a start-up that failed raises here
+        failed = starting.done() and isinstance(starting.exception(), StartFailed)
+        if failed:
+            logger.error("reason=<%s> | worker=<%d> | the worker cannot start | stopping", starting.exception(), worker)
+        elif starting.done():
+            services: Services = starting.result()  # a start-up that failed otherwise raises here
             for name, target in pending.items():
                 target.target = getattr(services, name)
             pipeline.serve_with(services.read_after)
@@ -136,16 +141,17 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
 
-        logger.info(
-            "draining | worker=<%d> drain_seconds=<%s> grace_seconds=<%s> in_flight=<%d>",
-            worker,
-            config.drain_seconds,
-            config.grace_seconds,
-            pipeline.in_flight,
-        )
-        await readiness.draining()
-        # The drain the operator asked for: balancers and meshes see NOT_SERVING and stop sending calls.
-        await asyncio.sleep(config.drain_seconds)
+        if not failed:
+            logger.info(
+                "draining | worker=<%d> drain_seconds=<%s> grace_seconds=<%s> in_flight=<%d>",
+                worker,
+                config.drain_seconds,
+                config.grace_seconds,
+                pipeline.in_flight,
+            )
+            await readiness.draining()
+            # The drain the operator asked for: balancers and meshes see NOT_SERVING and stop sending calls.
+            await asyncio.sleep(config.drain_seconds)
         if console is not None:
             await console.close()
         await server.stop(config.grace_seconds)
@@ -156,6 +162,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
         following.cancel()
     stop_tracing()
     logger.info("stopped | worker=<%d>", worker)
+    return 1 if failed else 0
 
 
 class _OwnChannel:
@@ -276,6 +283,7 @@ def run_worker(config: Config, shared: Shared, worker: int, reports: Connection)
     """A worker process's entry point (the supervisor spawns it)."""
     configure_logging(config.log_level, config.log_format, worker=worker)
     try:
-        asyncio.run(serve(config, shared, worker, reports))
+        code = asyncio.run(serve(config, shared, worker, reports))
     finally:
         reports.close()
+    sys.exit(code)

@@ -37,6 +37,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
+import psycopg
 from prometheus_client import CollectorRegistry, start_http_server
 
 from .access.keys import OPEN_NAMESPACE
@@ -44,7 +45,7 @@ from .bulk import run_bulk_worker
 from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
-from .postgres.embedded import DataDirInUse, EmbeddedPostgres
+from .postgres.embedded import DataDirInUse, EmbeddedPostgres, holdings
 from .process import run_worker
 from .reports import (
     Admitting,
@@ -291,6 +292,8 @@ def _supervise(
     config: Config, embedded: EmbeddedPostgres | None, woken: socket.socket, wake: socket.socket, requested: list[int]
 ) -> int:
     database_url = embedded.start() if embedded is not None else config.database_url
+    if embedded is not None:
+        _say_what_the_data_directory_holds(embedded, database_url)
     model = None
     if config.embedder == "local":
         from .embedding.local import exported_model
@@ -365,6 +368,28 @@ def _follow(
             if worker.process.sentinel in ready:
                 exit_code = supervisor.ended(worker) or exit_code
     return exit_code
+
+
+def _say_what_the_data_directory_holds(embedded: EmbeddedPostgres, url: str) -> None:
+    """One line at start: the embedded Postgres' data directory, and what earlier runs left in it (their
+    entries are searched as this run's are), with how to start clean."""
+    try:
+        stores, entries = holdings(url)
+    except psycopg.Error as error:
+        logger.warning("reason=<%s> | data directory %s: what it holds could not be read", error, embedded.data_dir)
+        return
+    if not stores:
+        logger.info("data directory %s (the embedded Postgres): no stores yet", embedded.data_dir)
+        return
+    logger.info(
+        "data directory %s (the embedded Postgres) holds %d store%s and %d entr%s from earlier runs, searched as"
+        " this run's are; to start clean, give --data-dir a new folder (or stop the server and remove this one)",
+        embedded.data_dir,
+        stores,
+        "" if stores == 1 else "s",
+        entries,
+        "y" if entries == 1 else "ies",
+    )
 
 
 def _reserve_port(host: str, port: int) -> tuple[socket.socket, int]:

@@ -47,6 +47,7 @@ from .memory.statements import SEARCH_SETTINGS
 from .memory.store import PostgresMemoryStore
 from .observe.metrics import Metrics
 from .observe.usage import UsageCounters
+from .postgres.conninfo import described
 from .postgres.consistency import ReadAfterTokens
 from .postgres.listener import ChangeListener
 from .postgres.migrations import migrate, service_secret
@@ -143,7 +144,8 @@ async def _memory(
     write's growth (`VectorIndexes.grew`)."""
     embedder_loading = asyncio.create_task(open_embedder(config, shared.model, usage.count, lane))
     running.push_async_callback(_close_embedder, embedder_loading)
-    await _wait_for_database(shared.owner_url, shared.database_url)
+    # The workers say that they wait; the bulk workers wait beside them.
+    await _wait_for_database(shared, config.database_wait_seconds, say=lane is Lane.QUERIES)
     database = await Database.open(
         shared.database_url, session_settings=SEARCH_SETTINGS, limits=limits, prepare=prepare
     )
@@ -373,15 +375,45 @@ async def _close_embedder(loading: asyncio.Task[BatchingEmbedder]) -> None:
         await embedder.close()
 
 
-async def _wait_for_database(owner_url: str, database_url: str) -> None:
-    """Migrate the schema, waiting (NOT_SERVING) for as long as the database cannot be reached."""
+# A database that cannot be reached is tried again after this long at first, twice as long each time
+# after, up to the ceiling: a few lines a minute in the log, and a database that comes back is found
+# within half a minute.
+FIRST_RETRY_SECONDS = 0.5
+RETRY_CEILING_SECONDS = 30.0
+
+
+class StartFailed(Exception):
+    """What stops a worker's start for good: said in one line, no traceback (`process.serve`)."""
+
+
+async def _wait_for_database(shared: Shared, give_up_after: float = 0.0, say: bool = True) -> None:
+    """Migrate the schema, waiting (NOT_SERVING) while the database cannot be reached, each try
+    `FIRST_RETRY_SECONDS` and then twice as long after the last, up to `RETRY_CEILING_SECONDS`; past
+    `give_up_after` seconds (0: never), `StartFailed`. With `say`, each try that failed is logged."""
+    option = "--database-migration-url" if shared.migration_url else "--database-url"
+    tried = "the embedded Postgres" if shared.embedded_database else f"{described(shared.owner_url)} ({option})"
+    started, wait = time.monotonic(), FIRST_RETRY_SECONDS
     while True:
         try:
-            await migrate(owner_url, serving_url=database_url)
+            await migrate(shared.owner_url, serving_url=shared.database_url)
             return
         except psycopg.OperationalError as error:
-            logger.warning("reason=<%s> | the database is not reachable | retrying in 1 s", str(error).strip())
-            await asyncio.sleep(1.0)
+            reason = " ".join(str(error).split())
+            waited = time.monotonic() - started
+            if give_up_after and waited + wait > give_up_after:
+                raise StartFailed(
+                    f"the database at {tried} could not be reached for {waited:.0f} s (--database-wait-seconds"
+                    f" {give_up_after:g}): {reason}"
+                ) from None
+            if say:
+                logger.warning(
+                    "tried=<%s> reason=<%s> | the database is not reachable | NOT_SERVING, trying again in %g s",
+                    tried,
+                    reason,
+                    wait,
+                )
+            await asyncio.sleep(wait)
+            wait = min(RETRY_CEILING_SECONDS, wait * 2)
 
 
 def grpc_server(config: Config, pipeline: CallPipeline, port: int) -> grpc.aio.Server:

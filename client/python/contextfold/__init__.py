@@ -9,7 +9,7 @@ with Client("localhost:50051") as cf:
 
 from ._requests import InjectOptions, SearchOptions
 from .client import AsyncClient, Client, InjectResult
-from .convert import from_proto_messages, render_for_model, to_proto_messages
+from .convert import from_proto_messages, message_dict, render_for_model, to_proto_messages
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -17,6 +17,7 @@ from .errors import (
     DeadlineExceeded,
     FailedPrecondition,
     Internal,
+    InvalidApiKey,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -36,6 +37,7 @@ __all__ = [
     "InjectOptions",
     "InjectResult",
     "Internal",
+    "InvalidApiKey",
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
@@ -44,6 +46,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "from_proto_messages",
+    "message_dict",
     "render_for_model",
     "to_proto_messages",
 ]

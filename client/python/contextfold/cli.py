@@ -21,8 +21,9 @@ from google.protobuf.message import Message
 
 from ._requests import RANKINGS, filter_times
 from .client import Client, default_target
-from .convert import dumps, loads
-from .errors import ContextfoldError
+from .convert import dumps, loads, message_dict
+from .errors import ContextfoldError, InvalidApiKey
+from .keys import checked_key
 from .v1 import memory_pb2
 
 # Entries per import request: well under a request's size limit at 384 dimensions.
@@ -34,7 +35,7 @@ def _print_json(value: Any) -> None:
 
 
 def _proto_json(message: Message) -> dict[str, Any]:
-    return dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
+    return message_dict(message)
 
 
 def _scope(args: argparse.Namespace) -> dict[str, str] | None:
@@ -334,12 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     stores = commands.add_parser("stores", help="create, list and delete stores")
     store_actions = stores.add_subparsers(dest="action", required=True)
-    create = store_actions.add_parser("create")
+    create = store_actions.add_parser("create", help="create a store (its dimension: the embedder's unless given)")
     create.add_argument("name")
     create.add_argument("--description", default="")
     create.add_argument("--dimension", type=int, default=0, help="0: the server embedder's dimension")
-    store_actions.add_parser("list")
-    delete = store_actions.add_parser("delete")
+    store_actions.add_parser("list", help="list the stores this key can see")
+    delete = store_actions.add_parser("delete", help="delete a store (one holding entries only with --force)")
     delete.add_argument("name")
     delete.add_argument("--force", action="store_true", help="also delete the store's entries")
 
@@ -347,25 +348,25 @@ def build_parser() -> argparse.ArgumentParser:
         "memory", help="add, search, list, get, update, delete, erase, export and import entries"
     )
     memory_actions = memory.add_subparsers(dest="action", required=True)
-    add = memory_actions.add_parser("add")
+    add = memory_actions.add_parser("add", help="add entries to a store, one per argument (embedded by the server)")
     add.add_argument("--store", required=True)
     add.add_argument("content", nargs="+", help="one entry per argument")
     add.add_argument("--id", default="", help="a caller-chosen id, so a retried add is harmless")
     add.add_argument("--metadata", default="", help="a JSON object kept with the entry")
     _add_scope_options(add)
-    search = memory_actions.add_parser("search")
+    search = memory_actions.add_parser("search", help="the entries nearest to a query, best first, with their scores")
     search.add_argument("query")
     search.add_argument("--store", action="append", default=[], help="repeat for several; default: all")
     search.add_argument("--max-results", type=int, default=5)
     search.add_argument("--min-score", type=float)
     search.add_argument("--ranking", choices=list(RANKINGS), help=RANKING_HELP)
     _add_scope_options(search)
-    listing = memory_actions.add_parser("list")
+    listing = memory_actions.add_parser("list", help="every entry of a store, oldest first (within a scope and filter)")
     listing.add_argument("--store", required=True)
     _add_scope_options(listing)
-    get = memory_actions.add_parser("get")
+    get = memory_actions.add_parser("get", help="one entry by id, with its etag")
     get.add_argument("id")
-    remove = memory_actions.add_parser("delete")
+    remove = memory_actions.add_parser("delete", help="delete entries by id, all or none")
     remove.add_argument("ids", nargs="+")
     remove.add_argument("--allow-missing", action="store_true")
     remove.add_argument("--etag", default="", help="delete only this version (one id, from get); ABORTED if it changed")
@@ -400,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     providers = commands.add_parser("providers", help="register, list, update and delete context providers")
     provider_actions = providers.add_subparsers(dest="action", required=True)
     for action in ("register", "update"):
-        change = provider_actions.add_parser(action)
+        said = "register a context provider Inject asks" if action == "register" else "change a provider's settings"
+        change = provider_actions.add_parser(action, help=said)
         change.add_argument("name")
         change.add_argument("--target", required=action == "register", help="host:port the service dials")
         change.add_argument("--trigger", choices=["user_turn", "every_turn"])
@@ -409,9 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
         change.add_argument("--timeout", type=float, help="seconds to wait for it (default 1)")
         change.add_argument("--max-tokens", type=int, help="its own token cap; 0 for none")
         change.add_argument("--enabled", type=lambda v: v.lower() in ("1", "true", "yes"), metavar="true|false")
-    provider_actions.add_parser("list")
+    provider_actions.add_parser("list", help="list the registered providers")
     for action in ("get", "delete"):
-        provider_actions.add_parser(action).add_argument("name")
+        said = "show a provider's registration" if action == "get" else "delete a provider's registration"
+        provider_actions.add_parser(action, help=said).add_argument("name")
 
     inject = commands.add_parser("inject", help="fold memory and provider context into a conversation and print it")
     inject.add_argument("--file", required=True, help="a JSON list of messages (or {'messages': [...]}); - for stdin")
@@ -447,10 +450,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if args.api_key is not None:
+            checked_key(args.api_key, "--api-key")
         with Client(args.address, timeout=args.timeout, api_key=args.api_key) as cf:
             {"stores": _stores, "memory": _memory, "providers": _providers, "inject": _inject}[args.command](args, cf)
-    except ContextfoldError as error:
+    except InvalidApiKey as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except ContextfoldError as error:
+        print(f"error: {error.code.name}: {error.message}", file=sys.stderr)
+        if error.reason:
+            print(f"  reason: {error.reason}", file=sys.stderr)
         for field, description in error.field_violations:
             print(f"  {field}: {description}", file=sys.stderr)
         return 1

@@ -24,6 +24,7 @@ from . import _requests
 from ._requests import FilterLike, InjectOptions, MemoryLike, ScopeLike, SearchOptions
 from .convert import MessageDict, from_proto_messages, to_proto_messages
 from .errors import from_rpc_error
+from .keys import checked_key
 from .v1 import (
     conversation_pb2,
     injection_pb2,
@@ -122,9 +123,11 @@ class _Position:
 
 
 def _call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
-    """The metadata sent with every call: the API key (given, else CONTEXTFOLD_API_KEY), if any."""
+    """The metadata sent with every call: the API key (given, else CONTEXTFOLD_API_KEY), if any; one
+    that cannot be a key is refused here (`InvalidApiKey`), naming where it came from."""
+    source = "api_key" if api_key is not None else "CONTEXTFOLD_API_KEY"
     key = api_key if api_key is not None else os.environ.get("CONTEXTFOLD_API_KEY", "")
-    return (("authorization", f"Bearer {key}"),) if key else ()
+    return (("authorization", f"Bearer {checked_key(key, source)}"),) if key else ()
 
 
 Result = TypeVar("Result")

@@ -14,6 +14,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
 from .v1 import conversation_pb2 as pb
 
 MessageDict = dict[str, Any]
@@ -32,6 +35,31 @@ def _encode_bytes(value: Any) -> Any:
 def _decode_bytes(value: dict[str, Any]) -> Any:
     if len(value) == 1 and _BYTES_KEY in value:
         return base64.b64decode(value[_BYTES_KEY])
+    return value
+
+
+def message_dict(message: Message) -> dict[str, Any]:
+    """A message as JSON-ready data, fields named as in the protos; numbers in entries' metadata that
+    are whole come back whole (`5`, not `5.0`: a Struct keeps every number as a double)."""
+    return _whole_metadata(json_format.MessageToDict(message, preserving_proto_field_name=True))
+
+
+def whole(value: Any) -> Any:
+    """`value` (JSON data) with each float that is a whole number, within a double's exact range, an int."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole(item) for item in value]
+    return value
+
+
+def _whole_metadata(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: whole(item) if key == "metadata" else _whole_metadata(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_metadata(item) for item in value]
     return value
 
 

@@ -49,7 +49,19 @@ class ContextfoldError(Exception):
         )
 
     def __str__(self) -> str:
-        return f"{self.code.name}: {self.message}"
+        """The status and the sentence, then what the details say, decoded: `INVALID_ARGUMENT: … (query: …)`."""
+        said = [f"reason: {self.reason}"] if self.reason else []
+        if self.resource is not None:
+            said.append(f"resource: {' '.join(self.resource)}")
+        said += [f"{field}: {description}" for field, description in self.field_violations]
+        return f"{self.code.name}: {self.message}" + (f" ({'; '.join(said)})" if said else "")
+
+
+class InvalidApiKey(ContextfoldError, ValueError):
+    """The API key given cannot be sent (`keys.checked_key`): refused by the client, before any call."""
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class InvalidArgument(ContextfoldError):

@@ -25,15 +25,15 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import grpc
-from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 from mcp.server.mcpserver import MCPServer, UserMessage
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -44,8 +44,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ._requests import filter_message, filter_times
 from .client import AsyncClient
-from .convert import render_for_model
-from .errors import ContextfoldError
+from .convert import message_dict, render_for_model
+from .errors import ContextfoldError, InvalidApiKey
+from .keys import checked_key, key_problem
 from .v1 import memory_pb2
 
 # The API's limits (contextfold_server.api.fields), for the schemas a model reads; a test holds
@@ -129,7 +130,7 @@ class Turn(BaseModel):
 
 
 def _fields(message: ProtoMessage) -> dict[str, Any]:
-    return dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
+    return message_dict(message)
 
 
 def entry(memory: memory_pb2.Memory) -> dict[str, Any]:
@@ -211,6 +212,8 @@ class Memory:
     def client(self) -> AsyncClient:
         """The client for this call's key: stdio's, or the HTTP request's own (never stdio's)."""
         key = self.settings.api_key if self.settings.api_key is not None else _request_key.get()
+        if key and (problem := key_problem(key)):
+            raise ToolError(f"the API key in the request's Authorization header {problem}")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.settings.address)
         client = self._clients.pop(key, None) or AsyncClient(
@@ -508,6 +511,12 @@ def run(common: argparse.Namespace, args: argparse.Namespace) -> int:
     # Over HTTP each request's own key (None here: CONTEXTFOLD_API_KEY is not read); stdio's is the
     # flag's or the environment's.
     key = None if http else common.api_key if common.api_key is not None else os.environ.get("CONTEXTFOLD_API_KEY", "")
+    if key:
+        try:
+            checked_key(key, "--api-key" if common.api_key is not None else "CONTEXTFOLD_API_KEY")
+        except InvalidApiKey as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     scope = {name: getattr(args, name) for name in ("user_id", "agent_id", "session_id") if getattr(args, name)}
     server, memory = build(Settings(common.address, key, common.timeout, scope, list(args.store)))
     with contextlib.suppress(KeyboardInterrupt):
@@ -537,18 +546,49 @@ async def _serve_http(server: MCPServer[Any], memory: Memory, args: argparse.Nam
     )
     listener = socket.create_server((args.host, args.port), family=_family(args.host))
     port = listener.getsockname()[1]
-    config = uvicorn.Config(BearerKey(app), log_level="warning", lifespan="on")
-    served = uvicorn.Server(config)
-    # SIGTERM (an orchestrator's stop) and SIGINT end the server gracefully: calls in flight finish.
-    loop = asyncio.get_running_loop()
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(stop, lambda: setattr(served, "should_exit", True))
+    config = uvicorn.Config(
+        BearerKey(app), log_level="warning", lifespan="on", timeout_graceful_shutdown=STOP_GRACE_SECONDS
+    )
+    served = _stopping_server()(config)
     print(f"contextfold mcp: serving on http://{_shown(args.host)}:{port}{args.path}", file=sys.stderr, flush=True)
+    started = time.monotonic()
     try:
         await served.serve(sockets=[listener])
     finally:
         await memory.close()
         listener.close()
+    print(f"contextfold mcp: stopped (served {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+# How long calls in flight may take to finish once the HTTP server is told to stop.
+STOP_GRACE_SECONDS = 5
+
+
+def _stopping_server() -> type:
+    """uvicorn's server, saying on stderr when a signal stops it: SIGTERM (an orchestrator's stop) and
+    SIGINT end it gracefully, calls in flight finishing within `STOP_GRACE_SECONDS`."""
+    import uvicorn
+
+    class Stopping(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # The event loop's handlers, where uvicorn's own would raise the signal again once stopped.
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.handle_exit, signum, None)
+            try:
+                yield
+            finally:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:
+                name = signal.Signals(sig).name
+                print(f"contextfold mcp: stopping ({name}): calls in flight finish", file=sys.stderr, flush=True)
+            super().handle_exit(sig, frame)
+
+    return Stopping
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -15,6 +15,7 @@ import { createClient, type CallOptions, type Client, type Interceptor, type Tra
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { fromProtoMessages, toProtoMessages, type MessageData } from "./convert.js";
 import { decodingErrors } from "./errors.js";
+import { checkedKey } from "./keys.js";
 import { retrySafeCalls } from "./retry.js";
 import {
   Format,
@@ -208,8 +209,9 @@ export class ContextfoldClient {
     if (transport === undefined) {
       const url = baseUrl(options.address ?? defaultAddress());
       this.sessions = new Http2SessionManager(url);
+      const source = options.apiKey !== undefined ? "the apiKey option" : "CONTEXTFOLD_API_KEY";
       const apiKey = options.apiKey ?? process.env.CONTEXTFOLD_API_KEY;
-      const headers = { ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}), ...options.headers };
+      const headers = { ...(apiKey ? { authorization: `Bearer ${checkedKey(apiKey, source)}` } : {}), ...options.headers };
       const addHeaders: Interceptor = (next) => (request) => {
         for (const [name, value] of Object.entries(headers)) request.header.set(name, value);
         return next(request);

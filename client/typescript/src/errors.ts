@@ -71,6 +71,22 @@ export class ContextfoldError extends ConnectError {
     if (info !== undefined) this.reason = info.reason;
   }
 
+  /** The status, the sentence, the reason and each bad field: what a log of the error should show
+   * (its details decoded, never their bytes). */
+  override toString(): string {
+    const lines = [`${this.status}: ${this.rawMessage}`];
+    if (this.reason !== undefined) lines.push(`  reason: ${this.reason}`);
+    if (this.resource !== undefined) lines.push(`  resource: ${this.resource.type} ${this.resource.name}`);
+    for (const { field, description } of this.fieldViolations) lines.push(`  ${field}: ${description}`);
+    return lines.join("\n");
+  }
+
+  /** What `console.error(error)` and `util.inspect` print: `toString()` and where it was thrown. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    const stack = (this.stack ?? "").split("\n").slice(1).join("\n");
+    return `ContextfoldError ${this.toString()}${stack ? `\n${stack}` : ""}`;
+  }
+
   // ConnectError counts any error of Connect's shape as an instance; a ContextfoldError is one only
   // when it really is (so `fromError` knows which errors still need decoding).
   static override [Symbol.hasInstance](value: unknown): boolean {

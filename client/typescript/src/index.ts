@@ -31,6 +31,7 @@ export {
 } from "./convert.js";
 export { filterMessage, type FieldTests, type FilterData } from "./filter.js";
 export { ContextfoldError, decodingErrors, type FieldViolation, type ResourceRef, type StatusName } from "./errors.js";
+export { InvalidApiKeyError, keyProblem } from "./keys.js";
 export { retrySafeCalls, SAFE_TO_REPEAT } from "./retry.js";
 export { escapeXml, startProvider, type ProvideContext, type ProvideFunction, type ProviderServer } from "./provider.js";
 export * from "./gen/contextfold/v1/conversation_pb.js";

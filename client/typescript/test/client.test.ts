@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { inspect } from "node:util";
 import {
   CandidateVerdict,
   ContextfoldClient,
@@ -189,6 +190,38 @@ test("an error carries its status and details", async () => {
     name: "TypeError",
     message: "unknown trigger \"sometimes\": expected one of userTurn, everyTurn",
   });
+});
+
+test("a printed error shows its status, reason and fields decoded, never the details' bytes", async () => {
+  await assert.rejects(cf.memory.searchMemories({ query: "  " }), (error: unknown) => {
+    assert.ok(error instanceof ContextfoldError);
+    const printed = inspect(error);
+    assert.match(printed, /^ContextfoldError INVALID_ARGUMENT: /);
+    assert.match(String(error), /\n {2}query: /);
+    assert.match(printed, /\n {2}query: /);
+    assert.doesNotMatch(printed, /Uint8Array|\[Object|details:/);
+    return true;
+  });
+});
+
+test("an API key that cannot be a header is refused before any call, naming where it came from", () => {
+  assert.throws(() => new ContextfoldClient({ address, apiKey: "cfk_…" }), {
+    name: "InvalidApiKeyError",
+    message: /^the API key from the apiKey option holds '…' \(U\+2026\) at position 4: it is a page's placeholder/,
+  });
+  const before = process.env.CONTEXTFOLD_API_KEY;
+  process.env.CONTEXTFOLD_API_KEY = "cfk_1234 5678";
+  try {
+    assert.throws(() => new ContextfoldClient({ address }), {
+      name: "InvalidApiKeyError",
+      message: /^the API key from CONTEXTFOLD_API_KEY holds U\+0020 at position 8, which a header cannot carry/,
+    });
+  } finally {
+    if (before === undefined) delete process.env.CONTEXTFOLD_API_KEY;
+    else process.env.CONTEXTFOLD_API_KEY = before;
+  }
+  assert.throws(() => new ContextfoldClient({ address, apiKey: "<your key>" }), { message: /looks like a placeholder/ });
+  assert.throws(() => new ContextfoldClient({ address, apiKey: " " }), { message: "the API key from the apiKey option is empty" });
 });
 
 test("a deadline: the caller's timeout reaches the providers, and one too short fails the call", async () => {

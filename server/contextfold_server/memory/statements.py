@@ -257,7 +257,11 @@ _NAMED = (
 )
 _NAMED_ONCE = ", ".join(
     f"CASE WHEN row_number() OVER () = 1 THEN (SELECT {value} FROM {table}) END AS {column}"
-    for column, value, table in (("named", "named", "named"), ("unknown", "unknown", "named"), ("sampled", "size", "sampled"))
+    for column, value, table in (
+        ("named", "named", "named"),
+        ("unknown", "unknown", "named"),
+        ("sampled", "size", "sampled"),
+    )
 )
 
 

@@ -249,8 +249,8 @@ class PostgresMemoryStore:
         own when `query.filter` is set), and with `lexical`, up to that many entries sharing the words of
         `query.text`, as `words` (the SQL function) weighs them (an entry may be among both); and the
         share of `names` no entry of the scope holds (read with the words, `words_statement`; 0 without
-        words, or when the scope is larger than their sample, which cannot tell). `query.min_score` is not applied: a store's crowd counts
-        every entry."""
+        words, or when the scope is larger than their sample, which cannot tell). `query.min_score` is
+        not applied: a store's crowd counts every entry."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -380,14 +380,23 @@ async def add_memories_on(
     rows.grew(namespace, dimension, held)
     cursor = await conn.execute(stored_as_given(), compared(params))
     stored = {row["id"]: row for row in await cursor.fetchall()}
-    for index, row_id in enumerate(ids):
+    for index, (row_id, memory) in enumerate(zip(ids, memories, strict=True)):
         if not stored[row_id]["same"]:
-            raise AlreadyExists(
-                "memory",
-                row_id,
-                f"memories[{index}].id: memory {row_id!r} already exists with different contents",
-            )
+            raise AlreadyExists("memory", row_id, f"memories[{index}].id: {_clash(stored[row_id], store, memory)}")
     return [rows.record(stored[row_id]) for row_id in ids]
+
+
+def _clash(row: dict[str, Any], store: str, memory: NewMemory) -> str:
+    """Why the entry `row` (an id's holder) is not what an add to `store` gave under its id: another store
+    holds the id (ids are unique across a namespace's stores), or what differs."""
+    if row["store"] != store:
+        return (
+            f"memory {row['id']!r} is held by store {row['store']!r}: an id is unique across the namespace's"
+            f" stores (add to {row['store']!r}, or give this entry another id)"
+        )
+    given = {"content": memory.content, **vars(memory.scope)}
+    differing = [name for name, value in given.items() if row[name] != value] or ["metadata"]
+    return f"memory {row['id']!r} already exists in store {store!r} with a different {', '.join(differing)}"
 
 
 async def check_usage(conn: Connection, namespace: str, quota: Quota, adding: int) -> int:

@@ -48,6 +48,22 @@ _MAX_SOCKET_PATH = 100
 _PR_SET_PDEATHSIG = 1
 
 
+def holdings(url: str) -> tuple[int, int]:
+    """How many stores and entries the database at `url` holds, every namespace's (0, 0 before its first
+    migration), read as its superuser: what a start says it finds in the data directory."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        (migrated,) = conn.execute("SELECT to_regclass('contextfold.tenant_usage') IS NOT NULL").fetchone() or (False,)
+        if not migrated:
+            return 0, 0
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM contextfold.stores),"
+            " (SELECT coalesce(sum(entries), 0) FROM contextfold.tenant_usage)"
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def default_data_dir() -> Path:
     import platformdirs
 
