@@ -247,6 +247,7 @@ def test_the_playground_injects_a_conversation_and_explains_each_candidate(
     page.type("#conversation", "user: I'm back from the vet.\nassistant: How did it go?\nuser: What is my dog called?")
     page.type("#stores-input", "pets")
     page.type("#user-id", "ana")
+    assert page.elements("#agent-id"), "the playground takes an agent_id as it takes a user_id"
     page.type("#max-entries", "1")
     page.click("#run")
 
@@ -266,6 +267,15 @@ def test_the_playground_injects_a_conversation_and_explains_each_candidate(
     assert shown[0] == biscuit.id and set(shown) == anas, "every one of Ana's entries weighed, no one else's"
     assert "injected" in page.text("#sources tr.source[data-source='memory']")
     assert page.elements("#stages .bar[data-stage='embed']") and page.elements("#stages .bar[data-stage='total']")
+    # The summary's total and the Sources table's counts agree: the difference is the separator, said.
+    summary = page.text("#report-summary")
+    total = re.search(
+        r"tokens injected\s+(\d+)(?: \((\d+) from the sources, (\d+) in the separators before them\))?", summary
+    )
+    assert total is not None, summary
+    if total.group(2):
+        assert int(total.group(1)) == int(total.group(2)) + int(total.group(3)), summary
+    assert total.group(2) is not None, "one block after the message's text: a separator of its own"
     shoot(page, "playground")
 
 

@@ -380,6 +380,15 @@ function conversation(text) {
   return messages;
 }
 
+// The report's total counts the separators between blocks and the message they follow; each source's own
+// count does not: the difference is said, so the summary and the Sources table agree.
+function tokensInjected(report) {
+  const total = report.totalTokens || 0;
+  const own = (report.sources || []).reduce((sum, source) => sum + (source.injected ? source.tokens || 0 : 0), 0);
+  if (!total || total === own) return String(total);
+  return `${total} (${own} from the sources, ${total - own} in the separators before them)`;
+}
+
 function playgroundPage() {
   const text = el("textarea", { id: "conversation", placeholder: "user: What is my dog called?" });
   const stores = el("input", { id: "stores-input", placeholder: "every store" });
@@ -399,6 +408,7 @@ function playgroundPage() {
   const minScore = el("input", { id: "min-score", type: "number", step: "0.05", min: -1, max: 1, placeholder: "none" });
   const maxTokens = el("input", { id: "max-tokens", type: "number", min: 0, placeholder: "no cap" });
   const userId = el("input", { id: "user-id" });
+  const agentId = el("input", { id: "agent-id" });
   const sessionId = el("input", { id: "session-id" });
   const out = el("div", { id: "playground-result" });
   const run = async (event) => {
@@ -406,7 +416,7 @@ function playgroundPage() {
     const memory = {
       stores: names(stores),
       maxEntries: Number.parseInt(maxEntries.value || "5", 10),
-      scope: scopeFrom(userId.value.trim(), "", sessionId.value.trim()),
+      scope: scopeFrom(userId.value.trim(), agentId.value.trim(), sessionId.value.trim()),
     };
     if (ranking.value) memory.ranking = ranking.value;
     if (format.value) memory.format = format.value;
@@ -435,6 +445,7 @@ function playgroundPage() {
       field("min score", minScore),
       field("token budget", maxTokens),
       field("user_id", userId),
+      field("agent_id", agentId),
       field("session_id", sessionId),
       el("button", { id: "run", type: "submit" }, "Inject"),
     ),
@@ -469,7 +480,7 @@ function injected(response) {
         ["query", report.query || ""],
         ["ranking", shortName(report.ranking, "RANKING_")],
         ["database", report.database || ""],
-        ["tokens injected", String(report.totalTokens || 0)],
+        ["tokens injected", tokensInjected(report)],
       ].map(([name, value]) => el("tr", {}, el("th", {}, name), el("td", {}, value))),
     ),
   );
