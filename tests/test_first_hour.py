@@ -26,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from harness.messages import unique
 from harness.polling import wait_for
-from harness.servers import ROOT, SERVE, free_port, health_status
+from harness.servers import ROOT, SERVE, free_port, health_status, serving
 from harness.shell import environment
 
 from .pages import listening, printed, replacing, running_printed
@@ -288,3 +288,15 @@ def test_mcp_over_http_stops_on_sigterm_within_its_grace_and_says_so(server, tmp
     said = log.read_text().splitlines()
     assert "contextfold mcp: stopping (SIGTERM): calls in flight finish" in said, said
     assert said[-1].startswith("contextfold mcp: stopped"), said
+
+
+def test_start_up_says_what_the_data_directory_holds_and_how_to_start_clean(tmp_path) -> None:
+    with serving(tmp_path) as first, Client(first.address, timeout=30) as cf:
+        assert f"data directory {tmp_path / 'pgdata'} (the embedded Postgres): no stores yet" in first.log()
+        cf.create_store("notes")
+        cf.add_memories("notes", ["Ada likes tea", "Ada lives in Lisbon"])
+    with serving(tmp_path) as second:
+        said = [line for line in second.log().splitlines() if "data directory" in line]
+    assert len(said) == 1, said
+    assert f"data directory {tmp_path / 'pgdata'} (the embedded Postgres) holds 1 store and 2 entries" in said[0]
+    assert "to start clean, give --data-dir a new folder" in said[0]
