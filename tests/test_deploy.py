@@ -134,7 +134,9 @@ def test_the_image_and_the_deployment_configure_a_server_that_starts(monkeypatch
         for pair in shlex.split(line.rstrip("\\"))
     )
     container = resources()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    env = {**image_env, **{item["name"]: item.get("value", "from-secret") for item in container["env"]}}
+    # A value a Secret gives stands in as a URL of its shape (the server refuses one libpq cannot read).
+    from_secret = "postgresql://contextfold@database.from-secret:5432/contextfold"
+    env = {**image_env, **{item["name"]: item.get("value", from_secret) for item in container["env"]}}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     config = parse_config([])
@@ -142,7 +144,7 @@ def test_the_image_and_the_deployment_configure_a_server_that_starts(monkeypatch
     assert config.grace_seconds == 20
     assert config.workers == int(float(container["resources"]["requests"]["cpu"])), "a worker per core requested"
     assert config.log_format == "json"
-    assert config.database_url == "from-secret"
+    assert config.database_url == from_secret
 
 
 def test_probes_ports_and_shutdown_timing_fit_together() -> None:

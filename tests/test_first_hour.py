@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import grpc
 import pytest
@@ -26,7 +28,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from harness.messages import unique
 from harness.polling import wait_for
-from harness.servers import ROOT, SERVE, free_port, health_status, serving
+from harness.servers import ROOT, SERVE, ServerProcess, free_port, health_status, serving
 from harness.shell import environment
 
 from .pages import listening, printed, replacing, running_printed
@@ -209,16 +211,25 @@ def test_the_first_install_says_what_it_installs_and_shows_pips_progress() -> No
     assert not any("--quiet" in line or " -q " in line for line in installs), installs
 
 
+@dataclass
+class MadeRun:
+    """An open server of its own, as `make run` is, holding the store docs/mcp.md's commands name (its
+    own: the suite's shared server keeps the name `notes` free for the pages that create it)."""
+
+    server: ServerProcess
+    ana: str
+
+
 @pytest.fixture(scope="module")
-def notes(client) -> str:
-    """The store docs/mcp.md's commands name, on an open server as `make run` is, with one entry of ana's."""
-    with contextlib.suppress(AlreadyExists):
-        client.create_store("notes")
-    (ana,) = client.add_memories("notes", [{"content": f"Ana parks on level {unique('3')}", "user_id": "ana"}])
-    return ana.id
+def made_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MadeRun]:
+    with serving(tmp_path_factory.mktemp("made-run")) as server, Client(server.address, timeout=30) as cf:
+        cf.create_store("notes")
+        (ana,) = cf.add_memories("notes", [{"content": "Ana parks on level 3", "user_id": "ana"}])
+        yield MadeRun(server, ana.id)
 
 
-def test_the_mcp_pages_stdio_block_runs_against_make_run_as_printed(server, notes) -> None:
+def test_the_mcp_pages_stdio_block_runs_against_make_run_as_printed(made_run: MadeRun) -> None:
+    server, notes = made_run.server, made_run.ana
     line = replacing(
         printed("docs/mcp.md", ".venv/bin/contextfold --address localhost:50051 mcp --store notes --user-id ana"),
         {"localhost:50051": server.address},
@@ -228,7 +239,8 @@ def test_the_mcp_pages_stdio_block_runs_against_make_run_as_printed(server, note
     assert notes in [item["id"] for item in found["entries"]]
 
 
-def test_the_mcp_pages_http_block_runs_against_make_run_as_printed(server, notes) -> None:
+def test_the_mcp_pages_http_block_runs_against_make_run_as_printed(made_run: MadeRun) -> None:
+    server, notes = made_run.server, made_run.ana
     port = free_port()
     line = replacing(
         printed("docs/mcp.md", ".venv/bin/contextfold --address localhost:50051 mcp --transport http"),
