@@ -180,7 +180,7 @@ def test_the_strands_pages_installs_run_as_printed(artifacts: Path, tmp_path: Pa
     """docs/strands.md's two installs: the Python extra from the checkout into a clean venv, the tarball
     with the SDK into a new node project; in each, the plugin and the memory store import."""
     bin_dir = empty_venv(tmp_path / "venv")
-    run_printed(printed("docs/strands.md", "client/python[strands]"), ROOT, PATH=first_on_path(bin_dir))
+    run_printed(printed("docs/strands.md", "pip install './client/python[strands]'"), ROOT, PATH=first_on_path(bin_dir))
     imported = "from contextfold.strands import ContextfoldMemoryStore, ContextInjection; print('ok')"
     assert run([bin_dir / "python", "-c", imported], cwd=tmp_path, env=clean_environment()) == "ok\n"
 

@@ -31,7 +31,7 @@ from harness.polling import wait_for
 from harness.servers import ROOT, SERVE, ServerProcess, free_port, health_status, serving
 from harness.shell import environment
 
-from .pages import listening, printed, replacing, running_printed
+from .pages import listening, printed, replacing, run_printed, running_printed
 from .test_mcp import HttpServer, once
 from .test_mcp import run as mcp_run
 
@@ -250,6 +250,35 @@ def test_the_mcp_pages_http_block_runs_against_make_run_as_printed(made_run: Mad
         served = HttpServer(f"http://127.0.0.1:{port}/mcp", process)
         found = mcp_run(once(served.client(None), "recall", query="Where does Ana park?"))
     assert notes in [item["id"] for item in found["entries"]]
+
+
+def test_the_mcp_pages_first_install_runs_in_the_checkouts_venv_as_printed() -> None:
+    """Its first block, pasted in the checkout after `make run`: the extra lands in `.venv`, which then
+    has the MCP SDK `contextfold mcp` imports."""
+    run_printed(printed("docs/mcp.md", ".venv/bin/pip install -e './client/python[mcp]'"), ROOT)
+    imported = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-c", "import contextfold.mcp_server, mcp; print('ok')"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert imported.stdout == "ok\n", imported.stderr
+
+
+def test_the_strands_pages_first_blocks_run_against_make_run_as_printed(made_run: MadeRun) -> None:
+    """docs/strands.md's first blocks, pasted in the checkout one after the other: the extra goes into
+    `.venv`, the store is made, and the memory store the agent's MemoryManager uses adds the fact and
+    finds it, printing its score and content."""
+    address = {"localhost:50051": made_run.server.address}
+    run_printed(replacing(printed("docs/strands.md", ".venv/bin/pip install -e"), address), ROOT)
+    found = run_printed(replacing(printed("docs/strands.md", 'ContextfoldMemoryStore("prefs"'), address), ROOT)
+    (line,) = found.stdout.splitlines()
+    score, content = line.split(" ", 1)
+    assert content == "Ada wants distances in kilometres"
+    assert float(score) > 0.3, line
+    with Client(made_run.server.address) as cf:
+        (held,) = list(cf.list_memories("prefs", scope={"user_id": "ada"}))
+    assert held.content == content and held.id.startswith("strands-")
 
 
 def test_every_cli_command_and_subcommand_says_what_it_does() -> None:

@@ -141,12 +141,17 @@ class _Options:
         shown: str | None = None,
         **extra: Any,
     ) -> None:
-        variable = "CONTEXTFOLD_" + flag.removeprefix("--").replace("-", "_").upper()
+        variable = variable_of(flag)
         value = self._environ.get(variable)
         action = self._parser.add_argument(
             flag, type=kind, default=kind(value) if value else default, help=f"{help} (${variable})".lstrip(), **extra
         )
         documented(action, variable, shown)
+
+
+def variable_of(flag: str) -> str:
+    """The environment variable an option's default comes from: `--max-in-flight`, CONTEXTFOLD_MAX_IN_FLIGHT."""
+    return "CONTEXTFOLD_" + flag.removeprefix("--").replace("-", "_").upper()
 
 
 def documented(action: argparse.Action, variable: str, shown: str | None = None) -> None:
@@ -476,7 +481,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         for url in values:
             if url and (problem := url_problem(url)):
                 named = any(word == flag or word.startswith(flag + "=") for word in given)
-                source = flag if named else "CONTEXTFOLD_" + flag.removeprefix("--").replace("-", "_").upper()
+                source = flag if named else variable_of(flag)
                 refuse(f"{source} is not a database URL libpq can read: {problem}")
     return Config(
         host=args.host,
