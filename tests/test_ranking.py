@@ -24,6 +24,7 @@ from contextfold_server.engine.ranking import (
     stand_out_scores,
     store_aware,
 )
+from contextfold_server.engine.weighing import MOST_PARTS, question_parts
 from contextfold_server.memory.records import Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
@@ -540,6 +541,39 @@ def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client
     assert place_within <= 3, "among the turns about the class"
 
 
+def test_the_session_neighbours_come_in_the_candidates_own_round_trip(
+    client: Client, server: ServerProcess, make_store
+) -> None:
+    """The default weighs the neighbours of its best candidates in sessions, read with the candidates
+    themselves: an Inject over turns in sessions reads the database as often as similarity's does, and
+    the turn beside the best is among what it weighed."""
+    store = make_store("sessions")
+    prefix = unique("ahead")
+    turns = [
+        "Ben: Did you ever get the pottery class sorted?",
+        "Ana: Yes, I signed up for the one downtown.",
+        "Ben: I baked bread all Sunday, by the way.",
+        "Ana: The smell must have been amazing.",
+    ]
+    session = unique("session")
+    client.add_memories(
+        store, [{"id": f"{prefix}-{n}", "content": text, "session_id": session} for n, text in enumerate(turns)]
+    )
+    ask = [user("Did Ana get the pottery class sorted?")]
+    client.inject(ask, stores=[store])  # the question embedded, as each ranking's call below finds it
+
+    def reads(ranking: str) -> tuple[float, list]:
+        before = sample(server.scrape(), "contextfold_database_reads_total", database="primary")
+        result = client.inject(ask, stores=[store], ranking=ranking, explain=True)
+        return sample(server.scrape(), "contextfold_database_reads_total", database="primary") - before, result
+
+    default_reads, weighed = reads("store_aware")
+    similarity_reads, _ = reads("similarity")
+    assert default_reads == similarity_reads, (default_reads, similarity_reads)
+    beside = _candidate(weighed, f"{prefix}-1")
+    assert beside.inputs, "the reply beside the question was weighed"
+
+
 def test_a_rare_name_lifts_its_entry_when_it_was_written_after_the_first_thousand(client: Client, make_store) -> None:
     """Past 1,000 entries the words are weighed from a sample of them: a name no sampled entry holds is
     still counted among them all, and still finds the entry that holds it."""
@@ -763,3 +797,57 @@ def test_a_question_nothing_is_about_gets_nothing_and_the_report_says_why(client
     # The caller's own min_score replaces the gate.
     kept = client.inject([user(elsewhere)], stores=[store], scope={"user_id": talk}, min_score=-1.0)
     assert kept.report.injected and len(kept.report.entries) == 5
+
+
+def test_a_two_part_question_brings_both_parts_turns(client: Client, make_store) -> None:
+    """Asked two things at once, where many entries are alike for the first and one answers the second,
+    the default searches each part for itself and shows each part's answer; one search for the whole
+    question (similarity's) fills the slots with the first part's."""
+    store = make_store("household")
+    prefix = unique("part")
+    boat = [
+        "Ana's sailing boat is called Tern.",
+        "Ana bought her sailing boat second-hand in 2019.",
+        "Ana keeps her sailing boat at the marina by the old harbour.",
+        "Ana painted the hull of her sailing boat blue last spring.",
+        "Ana takes her sailing boat out every Sunday morning.",
+        "Ana's sailing boat has a small cabin with two bunks.",
+        "Ana had her sailing boat's mast replaced after a storm.",
+    ]
+    garage = f"{prefix}-garage"
+    client.add_memories(
+        store,
+        [{"id": f"{prefix}-boat-{index}", "content": text} for index, text in enumerate(boat)]
+        + [{"id": garage, "content": "Bo leaves the car on level three of the garage under his office."}],
+    )
+    asked = "What is the name of Ana's sailing boat, and where does Bo leave the car during the day?"
+    result = client.inject([user(asked)], stores=[store], max_entries=3, explain=True)
+    shown = [entry.id for entry in result.report.entries]
+    assert f"{prefix}-boat-0" in shown and garage in shown, shown
+    plain = client.inject([user(asked)], stores=[store], max_entries=3, ranking="similarity", min_score=-1.0)
+    assert garage not in [entry.id for entry in plain.report.entries]
+    # A question asking one thing is searched whole: the same words as one question bring the boat's turns.
+    single = client.inject([user("What is the name of Ana's sailing boat?")], stores=[store], max_entries=3)
+    assert garage not in [entry.id for entry in single.report.entries]
+
+
+def test_a_question_is_in_parts_only_where_it_asks_a_second_thing() -> None:
+    assert question_parts("What is Ana's boat called, and where does Bo park?") == (
+        "What is Ana's boat called",
+        "where does Bo park?",
+    )
+    assert question_parts("Where does Ana park? What is Bo's boat called?") == (
+        "Where does Ana park?",
+        "What is Bo's boat called?",
+    )
+    # "and" continuing one question, between names, or before an instruction: one question, searched whole.
+    for whole in (
+        "What does Tim keep that reminds him of hard work and is his prized possession?",
+        "What did Ana and Bo cook on Friday?",
+        "Was May a good month for Nate and Joanna? Answer yes or no.",
+        "What is Ana's boat called?",
+    ):
+        assert question_parts(whole) == (), whole
+    # A list of questions is not a question: more than MOST_PARTS are searched whole.
+    many = " ".join(f"What is item {n} called?" for n in range(MOST_PARTS + 1))
+    assert question_parts(many) == ()

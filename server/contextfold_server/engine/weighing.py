@@ -200,10 +200,43 @@ class Asked:
     words: frozenset[str]
     dates: tuple[DateSpan, ...]
     names: tuple[str, ...]
+    parts: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, text: str) -> Asked:
-        return cls(question_words(text), question_dates(text), names_in(text))
+        return cls(question_words(text), question_dates(text), names_in(text), question_parts(text))
+
+
+# Where a question asks a second thing: after a question mark, or at an "and" (a comma or semicolon before it
+# or not) that a question word follows ("… boat, and where does Bo park?"). Only a question word: "and is his
+# prized possession" continues the same question, and so do "and" between names or things.
+_SECOND_QUESTION = re.compile(
+    r"(?<=\?)\s+|[,;]?\s+and\s+(?=(?:what|where|when|who|whom|whose|which|why|how)\b)|;\s+(?=(?:what|where|when|who|whom"
+    r"|whose|which|why|how)\b)",
+    re.I,
+)
+# A part shorter than this in words asks nothing of its own ("Answer yes or no" is an instruction, and is
+# longer; "and why?" is not a part).
+_PART_WORDS = 3
+# A question in more parts than this is a list, not a question: it is searched whole.
+MOST_PARTS = 3
+
+
+def question_parts(text: str) -> tuple[str, ...]:
+    """The questions a question asks, when it asks more than one ("What is Ana's boat called, and where does
+    Bo park?": two), each to be searched for itself; () when it asks one, or more than `MOST_PARTS`. A
+    part is split at a question mark followed by more, or at "and" (or ";") before a question word, and
+    counts when it holds `_PART_WORDS` words and a question word or ends in a question mark."""
+    pieces = [piece.strip(" ,;") for piece in _SECOND_QUESTION.split(text.strip())]
+    parts = tuple(
+        piece
+        for piece in pieces
+        if len(_WORD.findall(piece)) >= _PART_WORDS and (piece.endswith("?") or _QUESTION_WORD.search(piece))
+    )
+    return parts if 2 <= len(parts) <= MOST_PARTS else ()
+
+
+_QUESTION_WORD = re.compile(r"\b(?:what|where|when|who|whom|whose|which|why|how)\b", re.I)
 
 
 def entry_date(metadata: Mapping[str, object], create_time: datetime | None) -> datetime | None:

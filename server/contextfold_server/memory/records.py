@@ -137,9 +137,32 @@ class ScoredRecord:
 class Candidate(ScoredRecord):
     """An entry a ranking weighs, as the search read it: for one the full-text search found, the weight
     of the query's words it holds (its BM25 share for the default, its rare words' for hybrid; None for
-    the vector search's)."""
+    the vector search's); for one found nearest to a part of a question that asks several things
+    (`Asked.parts`), that part's number from 1, its score the similarity to that part."""
 
     lexical: float | None = None
+    part: int = 0
+
+
+@dataclass
+class Neighbours:
+    """Session neighbours as a read found them: each (the id it is beside, the neighbour), and the ids
+    whose neighbours the read looked for (`covered`: those with none included)."""
+
+    pairs: list[tuple[str, Candidate]] = field(default_factory=list)
+    covered: set[str] = field(default_factory=set)
+
+    def of(self, ids: Sequence[str]) -> tuple[list[Candidate], dict[str, set[str]]]:
+        """The neighbours of `ids` (each once), and which entries are beside which, both ways."""
+        wanted = set(ids)
+        found: dict[str, Candidate] = {}
+        beside: dict[str, set[str]] = {}
+        for seed, neighbour in self.pairs:
+            if seed in wanted:
+                found.setdefault(neighbour.id, neighbour)
+                beside.setdefault(seed, set()).add(neighbour.id)
+                beside.setdefault(neighbour.id, set()).add(seed)
+        return list(found.values()), beside
 
 
 class ScopedIds:

@@ -1,6 +1,7 @@
-"""Search by meaning and words: embed the query (unless the caller did), fetch in one round trip the
-candidates the ranking needs (engine/ranking.py: each store's nearest, and the entries sharing the
-query's words), read the session neighbours of the best when they are in sessions, and rank them."""
+"""Search by meaning and words: embed the query (unless the caller did; and each part of a
+question that asks several things), fetch in one round trip the candidates the ranking needs
+(engine/ranking.py: each store's nearest, each part's, and the entries sharing the query's words),
+read the session neighbours of the best when they are in sessions, and rank them."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ..engine.weighing import (
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
-from .records import Candidate, Scope, ScoredRecord, is_memory_id
+from .records import Candidate, Neighbours, Scope, ScoredRecord, is_memory_id
 from .reranker import Reranker, RerankFailed
 from .store import PostgresMemoryStore
 
@@ -88,19 +89,24 @@ class MemorySearcher:
         # The silence gate's threshold was fitted on the local model's similarities: another model's (a
         # caller's vector, an operator's embedding service) are on a scale of their own.
         query = replace(query, gate=query.gate and not query.vector and self.embedder.name == LOCAL_MODEL)
-        if not query.vector:
-            with span("contextfold.embed", model=self.embedder.name):
-                (vector,) = await self.embedder.embed([query.text], tenant=namespace)
-            query = replace(query, vector=tuple(vector))
-            durations["embed"] = time.perf_counter() - started
         strategy = query.ranking or self.default_ranking
-        searching = time.perf_counter()
         # Within one store, standing out from its crowd orders entries as similarity does: without words
         # to weigh, one nearest-neighbour query finds them.
         words = bool(query.text.strip())
         nearest_only = strategy is Ranking.SIMILARITY or (
             strategy is Ranking.STORE_AWARE and len(query.stores) == 1 and not words
         )
+        question = Asked.of("" if nearest_only else query.text)
+        # A question asking several things is searched for each as well, by vectors of the server's own model
+        # (beside a caller's vector, a part's would be another model's).
+        parts = question.parts if strategy is Ranking.STORE_AWARE and not query.vector else ()
+        part_vectors: list[list[float]] = []
+        if not query.vector:
+            with span("contextfold.embed", model=self.embedder.name):
+                vector, *part_vectors = await self.embedder.embed([query.text, *parts], tenant=namespace)
+            query = replace(query, vector=tuple(vector))
+            durations["embed"] = time.perf_counter() - started
+        searching = time.perf_counter()
         with span("contextfold.search", stores=len(query.stores), limit=query.limit, ranking=strategy.value):
             if nearest_only:
                 # Explaining, the search reads a few past the cut, and those below `min_score`, to show them.
@@ -113,11 +119,22 @@ class MemorySearcher:
                 # Hybrid fuses by rank the entries holding the query's rare words (an id, a code); the default
                 # weighs every word an entry shares (BM25).
                 matches = "rare_word_matches" if strategy is Ranking.HYBRID else "word_matches"
-                question = Asked.of(query.text)
                 # Whether the scope has heard of what the question names: the default ranking's to weigh.
                 names = question.names if strategy is Ranking.STORE_AWARE else ()
-                known, candidates, unknown_names = await self.store.candidates(
-                    namespace, scope, query, per_store, ranking.POOL_CANDIDATES, lexical, matches, names
+                # The default reads the session neighbours of the nearest and the word matches with them, the
+                # best of which it weighs (`_store_aware`).
+                seeds = ranking.NEIGHBOURS_OF * query.limit if strategy is Ranking.STORE_AWARE else 0
+                known, candidates, unknown_names, ahead = await self.store.candidates(
+                    namespace,
+                    scope,
+                    query,
+                    per_store,
+                    ranking.POOL_CANDIDATES,
+                    lexical,
+                    matches,
+                    names,
+                    part_vectors,
+                    seeds,
                 )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
@@ -131,7 +148,9 @@ class MemorySearcher:
             found = Found(records, durations, left_out, ranking=strategy, considered=considered)
             return found, query.vector, unsearchable
         ranking_started = time.perf_counter()
-        found = await self._rank(strategy, query, candidates, deadline, namespace, scope, question, unknown_names)
+        found = await self._rank(
+            strategy, query, candidates, deadline, namespace, scope, question, unknown_names, ahead
+        )
         durations["rank"] = time.perf_counter() - ranking_started
         found.durations, found.left_out = durations, left_out
         return found, query.vector, unsearchable
@@ -146,6 +165,7 @@ class MemorySearcher:
         scope: Scope,
         asked: Asked,
         unknown_names: float,
+        ahead: Neighbours,
     ) -> Found:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`, none a near-copy of a better one, and when the query
@@ -154,8 +174,12 @@ class MemorySearcher:
         with the strategy that ranked them and why it is not the one asked for. A reranker that fails
         leaves the store-aware order. Explaining, what each signal added to each candidate's score
         (`Found.considered`)."""
-        nearest = [c for c in candidates if c.lexical is None]
+        nearest = [c for c in candidates if c.lexical is None and not c.part]
         words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
+        parts: dict[int, list[Candidate]] = {}
+        for candidate in candidates:
+            if candidate.part:
+                parts.setdefault(candidate.part, []).append(candidate)
         order: list[Candidate]
         signals: dict[str, dict[str, float]] = {}
         inputs: dict[str, dict[str, float]] = {}
@@ -167,7 +191,17 @@ class MemorySearcher:
                 scores, signals = _hybrid_signals(nearest, words)
         else:
             order, scores, gate_scores = await self._store_aware(
-                namespace, scope, query, nearest, words, asked, unknown_names, signals, inputs
+                namespace,
+                scope,
+                query,
+                nearest,
+                words,
+                asked,
+                unknown_names,
+                signals,
+                inputs,
+                ahead,
+                list(parts.values()),
             )
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
         left_out = _left_out_of(order, gate_scores, query.limit, self.weighing if gated else None, unknown_names, asked)
@@ -207,6 +241,8 @@ class MemorySearcher:
         unknown_names: float,
         signals: dict[str, dict[str, float]],
         inputs: dict[str, dict[str, float]],
+        ahead: Neighbours,
+        parts: Sequence[list[Candidate]] = (),
     ) -> tuple[list[Candidate], dict[str, float], dict[str, float]]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
         crowd and its share of the query's words (`ranking`), then, once the best ones' session
@@ -214,17 +250,30 @@ class MemorySearcher:
         the pre-weighing score, `ranking.with_words`), how far it is behind the best candidate, a date
         the question names, a speaker the question names. Best first, with the scores and the silence
         gate's scores (`Weighing.gate_score`). Explaining, what each signal added goes in `signals` and
-        their values in `inputs`, by id."""
+        their values in `inputs`, by id.
+
+        A question asking several things (`parts`: each part's nearest) is answered part by part: an
+        entry stands out by the part it answers best (its similarity to that part, its lead over that
+        part's crowd), and each part's best entry comes first (`each_part_first`)."""
         found = {c.id: c for c in (*words, *nearest)}
         crowds = ranking.crowds(nearest)
         standing = ranking.stand_out([*nearest, *words], crowds)
+        for part in parts:
+            for entry, stands in ranking.stand_out(part, ranking.crowds(part)).items():
+                standing[entry] = max(standing.get(entry, stands), stands)
+            for candidate in part:
+                if candidate.id not in found or candidate.score > found[candidate.id].score:
+                    found[candidate.id] = candidate
         lexical = {c.id: c.lexical or 0.0 for c in words}
         worded = ranking.with_words(standing, lexical)
         best = sorted(worded, key=lambda entry: -worded[entry])[: ranking.NEIGHBOURS_OF * query.limit]
         beside: dict[str, set[str]] = {}
         in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
         if in_sessions:
-            neighbours, beside = await self.store.neighbours(namespace, scope, query, in_sessions)
+            # Read ahead with the candidates, unless one of the best was not among those whose were.
+            neighbours, beside = ahead.of(in_sessions)
+            if not ahead.covered.issuperset(in_sessions):
+                neighbours, beside = await self.store.neighbours(namespace, scope, query, in_sessions)
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
             worded = ranking.with_words(ranking.stand_out(neighbours, crowds), {}) | worded
@@ -251,7 +300,8 @@ class MemorySearcher:
             if query.explain:
                 signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
                 inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
-        return sorted(found.values(), key=lambda c: -scores[c.id]), scores, gate_scores
+        order = sorted(found.values(), key=lambda c: -scores[c.id])
+        return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None
@@ -350,6 +400,20 @@ def _considered(
             candidate.decide(Verdict.RANKED_BELOW, f"ranked {rank}, after the {len(kept)} best")
         considered.append(candidate)
     return considered
+
+
+def each_part_first(order: Sequence[Candidate], parts: Sequence[set[str]]) -> list[Candidate]:
+    """`order` (best first) with the best entry of each part of a question (`parts`: the ids each part's
+    search found) first, in their own order: five slots are not all spent on the part most entries are
+    alike for, while another part's answer waits below them."""
+    leaders: list[Candidate] = []
+    for ids in parts:
+        best = next((candidate for candidate in order if candidate.id in ids), None)
+        if best is not None and best not in leaders:
+            leaders.append(best)
+    if not leaders:
+        return list(order)
+    return [*sorted(leaders, key=order.index), *(candidate for candidate in order if candidate not in leaders)]
 
 
 def _left_out_of(

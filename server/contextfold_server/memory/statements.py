@@ -167,13 +167,17 @@ _WEIGHED_WORDS = (
 
 
 @functools.lru_cache(maxsize=128)
-def candidates_statement(dimension: int, where: str, each_store: bool, exact: bool = False) -> str:
+def candidates_statement(
+    dimension: int, where: str, each_store: bool, exact: bool = False, beside: bool = False
+) -> str:
     """The statement reading the candidates of rankings that judge each store's: each store's nearest,
     each with its distance. Unless `each_store` (a filter, or one store), they come from
     `nearest_per_store` (migration 11); with it, each store's `per_store` nearest that match the
     conditions are read by a statement of their own, through the vector index (its iterative scan skips
     what a filter refuses) or exactly, as its plan for the store decides; with `exact`, always exactly.
-    Composed once per shape."""
+    With `beside`, the session neighbours of the `%(seeds)s` nearest in sessions come in the same
+    statement (`_READ_BESIDE`): each such candidate `seeded`, each neighbour on a row of its own with
+    the id it is `beside`. Composed once per shape."""
     nearest = (
         " SELECT nearest.* FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
         " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
@@ -185,11 +189,19 @@ def candidates_statement(dimension: int, where: str, each_store: bool, exact: bo
         " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
         " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s)"
     )
-    return (
-        sql.SQL(
-            _KNOWN_STORES + " SELECT " + _KNOWN_ONCE + ","
-            " found.* FROM (SELECT 1) AS one LEFT JOIN (" + nearest + ") AS found ON true"
+    if beside:
+        # Here the nearest are read through a CTE (which copies them): the neighbours are read from them.
+        seeds = _SEEDS.format(order=" ORDER BY f.distance LIMIT %(seeds)s")
+        read = (
+            f"{_KNOWN_STORES}, found AS MATERIALIZED ({nearest}),{seeds} SELECT {_KNOWN_ONCE},"
+            " f.*, f.id IN (SELECT s.id FROM seeds s) AS seeded, NULL::text AS beside"
+            f" FROM (SELECT 1) AS one LEFT JOIN found f ON true UNION ALL SELECT NULL, n.*, false, c.id{_READ_BESIDE}"
         )
+    else:
+        read = f"{_KNOWN_STORES} SELECT {_KNOWN_ONCE}, found.* FROM (SELECT 1) AS one LEFT JOIN ({nearest}) AS found"
+        read += " ON true"
+    return (
+        sql.SQL(read)
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
             nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
@@ -204,7 +216,7 @@ def candidates_statement(dimension: int, where: str, each_store: bool, exact: bo
 
 
 @functools.lru_cache(maxsize=128)
-def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> str:
+def words_statement(dimension: int, lexical: str, where: str, scoped: str, beside: bool = False) -> str:
     """The statement reading up to `%(lexical)s` entries that share the words of `%(words)s` among the
     stores of the dimension, as `lexical` (a function's name) weighs them: `word_matches` (every word,
     weighed as BM25 does among the entries of `scoped`, the scope's conditions: `_WEIGHED_WORDS`) or
@@ -212,13 +224,23 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str) -> st
     Under `word_matches`, its first row also says (`named`, `unknown`, `sampled`) how many of
     `%(named)s` (a question's names; a name that is only a stopword does not count) none of the entries
     its words were weighed among holds, and how many those were: read from the same sample, and always
-    on a row of its own when no entry matches (`unknown_share`). Composed once per shape."""
-    if lexical == "word_matches":
-        matched = (
-            _WEIGHED_WORDS + _NAMED + " SELECT " + _NAMED_ONCE + ", found.* FROM (SELECT 1) AS one LEFT JOIN ("
-            " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
-            " FROM asked CROSS JOIN {function}(asked.finding, asked.words, asked.idf, asked.mean_length, asked.most,"
+    on a row of its own when no entry matches (`unknown_share`). With `beside` (under `word_matches`),
+    the session neighbours of every entry found come too, as `candidates_statement` reads them.
+    Composed once per shape."""
+    weighed = (
+        " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
+        " FROM asked CROSS JOIN {function}(asked.finding, asked.words, asked.idf, asked.mean_length, asked.most,"
+    )
+    if lexical == "word_matches" and beside:
+        matched = _WEIGHED_WORDS + _NAMED + ", found AS MATERIALIZED (" + weighed
+        ending = (
+            ")," + _SEEDS.format(order="") + " SELECT " + _NAMED_ONCE + ", f.*, NULL::text AS beside"
+            " FROM (SELECT 1) AS one LEFT JOIN found f ON true"
+            " UNION ALL SELECT NULL, NULL, NULL, n.*, NULL::float8, c.id" + _READ_BESIDE
         )
+    elif lexical == "word_matches":
+        matched = _WEIGHED_WORDS + _NAMED + " SELECT " + _NAMED_ONCE + ", found.* FROM (SELECT 1) AS one LEFT JOIN ("
+        matched += weighed
         ending = ") AS found ON true"
     else:
         matched = " SELECT {columns}, {distance} AS distance, matched.weight AS lexical FROM {function}(%(words)s,"
@@ -274,26 +296,38 @@ def unknown_share(rows: list[dict[str, Any]]) -> float:
     return float(once(rows, "unknown")) / float(named)
 
 
+# The entries written just before and just after an entry `c` (its store, session and `seq`) in its store and
+# session, within the entries' conditions (`{where}`), each with its distance to `%(vector)b`. Each is one step
+# of the sessions' index (migration 16), whose predicate it repeats (`m.session_id <> ''`): the planner does
+# not carry it over from `c`.
+_SIDE = (
+    " (SELECT {columns}, (m.embedding <=> %(vector)b)::float8 AS distance FROM {memories} m"
+    " WHERE m.namespace = %(namespace)s AND m.store = c.store AND m.session_id = c.session_id"
+    " AND m.session_id <> ''"
+    " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
+)
+_BESIDE = (
+    _SIDE.replace("{comparison}", "<").replace("{order}", "DESC")
+    + " UNION ALL"
+    + _SIDE.replace("{comparison}", ">").replace("{order}", "")
+)
+# A statement's candidates in sessions whose neighbours it reads too (`found` is what it found), and how those
+# are read: `c` each of them.
+_SEEDS = (
+    " seeds AS MATERIALIZED (SELECT f.id, f.store, f.session_id, f.seq FROM found f WHERE f.session_id <> ''{order})"
+)
+_READ_BESIDE = " FROM seeds c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
+
+
 @functools.lru_cache(maxsize=32)
 def neighbours_statement(where: str) -> str:
     """The entries written just before and just after each of `%(ids)s` in its store and session (by
     `seq`), within the entries' conditions (`entries_where`), with their distance to `%(vector)b` and the
-    id they are beside (`beside`). Entries in no session have none. Each is one step of the sessions'
-    index (migration 16), whose predicate the statement repeats (`m.session_id <> ''`): the planner
-    does not carry it over from `c`."""
-    side = (
-        " (SELECT {columns}, (m.embedding <=> %(vector)b)::float8 AS distance FROM {memories} m"
-        " WHERE m.namespace = c.namespace AND m.store = c.store AND m.session_id = c.session_id"
-        " AND m.session_id <> ''"
-        " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
-    )
+    id they are beside (`beside`; `_BESIDE`). Entries in no session have none."""
     return (
         sql.SQL(
-            "SELECT n.*, c.id AS beside FROM {memories} c CROSS JOIN LATERAL ("
-            + side.replace("{comparison}", "<").replace("{order}", "DESC")
-            + " UNION ALL"
-            + side.replace("{comparison}", ">").replace("{order}", "")
-            + ") AS n WHERE c.namespace = %(namespace)s AND c.id = ANY(%(ids)s) AND c.session_id <> ''"
+            "SELECT n.*, c.id AS beside FROM {memories} c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
+            " WHERE c.namespace = %(namespace)s AND c.id = ANY(%(ids)s) AND c.session_id <> ''"
         )
         .format(columns=_M_COLUMNS, memories=sql.Identifier(SCHEMA, "memories"), where=sql.SQL(where))
         .as_string(None)

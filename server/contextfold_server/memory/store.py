@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +23,7 @@ from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument
 from ..postgres.pool import Connection, Database, NamespaceConnection, Params, Query, Read
 from ..postgres.replicas import Databases
 from ..postgres.schema import SCHEMA
-from .records import UNSCOPED, Candidate, MemoryRecord, NewMemory, Scope, ScoredRecord, StoreRecord
+from .records import UNSCOPED, Candidate, MemoryRecord, Neighbours, NewMemory, Scope, ScoredRecord, StoreRecord
 from .statements import (
     GENERIC_PLAN,
     INDEX_FIRST,
@@ -242,7 +241,9 @@ class PostgresMemoryStore:
         lexical: int = 0,
         words: str = "word_matches",
         names: Sequence[str] = (),
-    ) -> tuple[dict[str, int], list[Candidate], float]:
+        parts: Sequence[Sequence[float]] = (),
+        seeds: int = 0,
+    ) -> tuple[dict[str, int], list[Candidate], float, Neighbours]:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
         where it matters (`nearest_per_store`, with a first pass of `pool` across them; each store's
@@ -250,7 +251,10 @@ class PostgresMemoryStore:
         `query.text`, as `words` (the SQL function) weighs them (an entry may be among both); and the
         share of `names` no entry of the scope holds (read with the words, `words_statement`; 0 without
         words, or when the scope is larger than their sample, which cannot tell). `query.min_score` is
-        not applied: a store's crowd counts every entry."""
+        not applied: a store's crowd counts every entry. With `parts` (the vectors of a question's parts,
+        `Asked.parts`), each part's nearest as well, read as the question's are (`Candidate.part`). With
+        `seeds`, the session neighbours (as `neighbours` reads them) of the `seeds` nearest in sessions and
+        of every word match in one, read ahead in the same statements (`Neighbours`)."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -259,14 +263,25 @@ class PostgresMemoryStore:
         }
         dimension, filtered = len(query.vector), query.filter is not None
         # One store named needs no pass across stores: a statement of its own, planned for its values.
-        nearest = candidates_statement(dimension, where, filtered or len(query.stores) == 1)
-        reads = [Read(nearest, params, INDEX_FIRST if filtered else None)]
+        each_store, settings = filtered or len(query.stores) == 1, INDEX_FIRST if filtered else None
+        nearest = candidates_statement(dimension, where, each_store, beside=seeds > 0)
+        reads = [Read(nearest, params | {"seeds": seeds}, settings)]
+        if parts:
+            part_read = candidates_statement(dimension, where, each_store)
+            reads += [Read(part_read, params | {"vector": np.asarray(v, dtype=np.float32)}, settings) for v in parts]
         # The words are weighed among the scope's entries, whatever the filter; so are the names.
         scoped, _ = entries_where(scope, None, live=False)
+        ahead = seeds > 0 and words == "word_matches"
         if lexical:
-            matching = words_statement(dimension, words, where, scoped)
+            matching = words_statement(dimension, words, where, scoped, beside=ahead)
             reads.append(Read(matching, params | {"words": query.text, "lexical": lexical, "named": list(names)}))
-        rows, *matched = await self.read_all(namespace, reads)
+        rows, *read = await self.read_all(namespace, reads)
+        by_part, matched = read[: len(parts)], read[len(parts) :]
+        neighbours = Neighbours()
+        if seeds:
+            rows = self._read_ahead(rows, neighbours, lambda row: bool(row["seeded"]))
+        if matched and ahead:
+            matched[0] = self._read_ahead(matched[0], neighbours, lambda row: bool(row["session_id"]))
         unknown = unknown_share(matched[0]) if names and matched else 0.0
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
@@ -274,10 +289,31 @@ class PostgresMemoryStore:
             narrowed = where + anchored(query.filter, params)
             rows = await self.read(namespace, candidates_statement(dimension, narrowed, filtered, exact=True), params)
         found = [Candidate(self.record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
+        for number, part_rows in enumerate(by_part, start=1):
+            found += [
+                Candidate(self.record(row), 1.0 - float(row["distance"]), part=number)
+                for row in part_rows
+                if row["id"] is not None
+            ]
         for row in matched[0] if matched else ():
             if row["id"] is not None:
                 found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
-        return known_stores(rows), found, unknown
+        return known_stores(rows), found, unknown, neighbours
+
+    def _read_ahead(
+        self, rows: list[dict[str, Any]], neighbours: Neighbours, seeded: Callable[[dict[str, Any]], bool]
+    ) -> list[dict[str, Any]]:
+        """A statement's rows but the neighbours it read ahead (`beside`), which go to `neighbours` with the
+        ids whose neighbours it read (`seeded`)."""
+        kept = []
+        for row in rows:
+            if row["beside"] is not None:
+                neighbours.pairs.append((row["beside"], Candidate(self.record(row), 1.0 - float(row["distance"]))))
+            else:
+                kept.append(row)
+                if row["id"] is not None and seeded(row):
+                    neighbours.covered.add(row["id"])
+        return kept
 
     async def neighbours(
         self, namespace: str, scope: Scope, query: SearchQuery, ids: Sequence[str]
@@ -287,13 +323,8 @@ class PostgresMemoryStore:
         excludes), each with its similarity to its vector; and which entries are beside which (both ways)."""
         where, params = self._searching(namespace, scope, query)
         rows = await self.read(namespace, neighbours_statement(where), params | {"ids": list(ids)}, GENERIC_PLAN)
-        beside: dict[str, set[str]] = defaultdict(set)
-        found: dict[str, Candidate] = {}
-        for row in rows:
-            beside[row["beside"]].add(row["id"])
-            beside[row["id"]].add(row["beside"])
-            found.setdefault(row["id"], Candidate(self.record(row), 1.0 - float(row["distance"])))
-        return list(found.values()), beside
+        read = Neighbours([(row["beside"], Candidate(self.record(row), 1.0 - float(row["distance"]))) for row in rows])
+        return read.of(ids)
 
     async def get_memory(self, namespace: str, memory_id: str, scope: Scope = UNSCOPED) -> MemoryRecord:
         """The entry, if it exists within `scope` and has not expired: otherwise, it does not."""
