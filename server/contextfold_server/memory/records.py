@@ -7,6 +7,7 @@ These are the records the adapters return and the servicers render; they know no
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,9 +73,23 @@ class MemoryRecord:
     update_time: datetime | None = None
     expire_time: datetime | None = None
     version: int = 1
-    # Changes with every update, and differs for an entry deleted and added again under its id; opaque
-    # (`statements.etag_of`): it tells its holder nothing of other entries or tenants.
-    etag: str = ""
+    # What its etag is keyed with (the service's key): the etag is made when asked for, so only for the
+    # entries a caller is shown, not for every candidate a search weighs.
+    etag_key: bytes = field(default=b"", repr=False, compare=False)
+
+    @functools.cached_property
+    def etag(self) -> str:
+        """Changes with every update, and differs for an entry deleted and added again under its id;
+        opaque (`etag_of`): it tells its holder nothing of other entries or tenants."""
+        return etag_of(self.etag_key, self.id, self.seq, self.version)
+
+
+def etag_of(etag_key: bytes, memory_id: str, seq: int, version: int) -> str:
+    """An entry's etag: a keyed hash of its id, its row (`seq`, new for an entry deleted and added again)
+    and its version, so it changes with every update while telling nothing: `seq` counts every
+    tenant's writes, and an etag must not publish it."""
+    digest = keyed_digest(etag_key, memory_id, str(seq), str(version))
+    return base64.urlsafe_b64encode(digest[:16]).decode().rstrip("=")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ sends the same text, which psycopg prepares once and Postgres plans per values.
 
 from __future__ import annotations
 
-import base64
 import functools
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -17,7 +16,6 @@ import numpy as np
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ..access.sealing import keyed_digest
 from ..engine.filters import Filter
 from ..postgres.schema import SCHEMA
 from .filters import anchor, compile_filter
@@ -41,14 +39,6 @@ LIVE = " AND (m.expire_time IS NULL OR m.expire_time > %(live_at)s)"
 VERSIONED_COLUMNS = "store, content, metadata, user_id, agent_id, session_id, create_time, update_time, expire_time"
 
 
-def etag_of(etag_key: bytes, memory_id: str, seq: int, version: int) -> str:
-    """An entry's etag: a keyed hash of its id, its row (`seq`, new for an entry deleted and added again)
-    and its version, so it changes with every update while telling nothing: `seq` counts every
-    tenant's writes, and an etag must not publish it."""
-    digest = keyed_digest(etag_key, memory_id, str(seq), str(version))
-    return base64.urlsafe_b64encode(digest[:16]).decode().rstrip("=")
-
-
 def memory_from_row(row: dict[str, Any], etag_key: bytes) -> MemoryRecord:
     return MemoryRecord(
         id=row["id"],
@@ -61,7 +51,7 @@ def memory_from_row(row: dict[str, Any], etag_key: bytes) -> MemoryRecord:
         update_time=row["update_time"],
         expire_time=row["expire_time"],
         version=row["version"],
-        etag=etag_of(etag_key, row["id"], row["seq"], row["version"]),
+        etag_key=etag_key,
     )
 
 

@@ -23,7 +23,17 @@ from ..errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument
 from ..postgres.pool import Connection, Database, NamespaceConnection, Params, Query, Read
 from ..postgres.replicas import Databases
 from ..postgres.schema import SCHEMA
-from .records import UNSCOPED, Candidate, MemoryRecord, Neighbours, NewMemory, Scope, ScoredRecord, StoreRecord
+from .records import (
+    UNSCOPED,
+    Candidate,
+    MemoryRecord,
+    Neighbours,
+    NewMemory,
+    Scope,
+    ScoredRecord,
+    StoreRecord,
+    etag_of,
+)
 from .statements import (
     GENERIC_PLAN,
     INDEX_FIRST,
@@ -34,7 +44,6 @@ from .statements import (
     compared,
     entries_where,
     entry_params,
-    etag_of,
     insert_entries,
     known_stores,
     memory_from_row,
@@ -66,7 +75,7 @@ class PostgresMemoryStore:
         self.grew = grew
         # What time it is for expiry: an entry is gone from every read the moment this passes its expiry.
         self._clock = clock
-        # What entries' etags are keyed with (`statements.etag_of`): the service's, so every replica agrees.
+        # What entries' etags are keyed with (`records.etag_of`): the service's, so every replica agrees.
         self._etag_key = etag_key or secrets.token_bytes(32)
         # Each namespace's quota (`access/quotas.py`), checked in the transaction that would pass it.
         self.quota = quotas
