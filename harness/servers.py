@@ -241,6 +241,31 @@ class Postgres:
         self._server.ended()
         assert self._server.start() == self.url
 
+    def crash(self) -> None:
+        """Kill the server and every process of it with SIGKILL, as a machine that dies would: nothing is
+        flushed, no session is told, its socket stops answering."""
+        pid = self._server.pid
+        assert pid is not None
+        postmaster = psutil.Process(pid)
+        for process in [postmaster, *postmaster.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        wait_for(lambda: not running(pid), 30, what="postgres to die")
+        self._server.ended()
+
+    def promote(self) -> None:
+        """Promote this standby to a primary as an operator would: `pg_ctl promote`, waiting until it
+        takes writes."""
+        user = self._server.system_user
+        subprocess.run(
+            [str(postgres_binary("pg_ctl")), "promote", "-w", "-t", "60", "-D", str(self._server.data_dir)],
+            check=True, capture_output=True, timeout=90, user=user,
+        )  # fmt: skip
+
+    @property
+    def socket_dir(self) -> Path:
+        return self._server.socket_dir
+
     def cleanup(self) -> None:
         self._server.stop()
         shutil.rmtree(self._server.data_dir, ignore_errors=True)

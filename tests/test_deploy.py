@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -238,3 +239,83 @@ def test_the_envoy_gateway_policy_sends_bodies_to_contextfold_and_fails_open() -
     assert processor["backendRefs"][0]["port"] in ports
     assert processor["failOpen"] is True and processor["processingMode"]["request"]["body"] == "Buffered"
     assert grant["spec"]["to"][0]["name"] == service["metadata"]["name"]
+
+
+CLOUDNATIVE_PG = ROOT / "deploy" / "cloudnative-pg"
+
+
+def _json_patched(document: dict, operations: list[dict]) -> dict:
+    """`document` with `operations` applied as `kubectl patch --type json` applies them (the `test`,
+    `replace` and `add` of RFC 6902, which the example uses)."""
+    patched = json.loads(json.dumps(document))
+    for operation in operations:
+        *parents, last = operation["path"].lstrip("/").split("/")
+        holder = patched
+        for key in parents:
+            holder = holder[int(key)] if isinstance(holder, list) else holder[key]
+        key = int(last) if isinstance(holder, list) else last
+        if operation["op"] == "test":
+            assert holder[key] == operation["value"], f"the patch's test failed: {operation['path']}"
+        elif operation["op"] == "replace":
+            holder[key] = operation["value"]
+        elif operation["op"] == "add" and isinstance(holder, list):
+            holder.insert(key, operation["value"])
+        else:
+            holder[key] = operation["value"]
+    return patched
+
+
+def _expanded(value: str, defined: dict[str, str]) -> str:
+    """A variable's value with `$(NAME)` replaced as Kubernetes does: only by variables defined before it."""
+    for name in re.findall(r"\$\(([A-Z_]+)\)", value):
+        assert name in defined, f"$({name}) is used before it is defined"
+        value = value.replace(f"$({name})", defined[name])
+    return value
+
+
+def test_the_cloudnative_pg_example_points_the_deployment_at_the_clusters_own_services(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The Cluster: two instances, synchronous, pgvector made in the application database. The
+    Deployment, patched as the example says, still passes the API's schemas, reads its user and
+    password from the Secret the operator makes for that database, and writes to the Cluster's `-rw`
+    service, reads from its `-ro` one; the server takes the URLs it is given."""
+    (cluster,) = documents(CLOUDNATIVE_PG / "cluster.yaml")
+    assert (cluster["apiVersion"], cluster["kind"]) == ("postgresql.cnpg.io/v1", "Cluster")
+    spec = cluster["spec"]
+    assert spec["instances"] == 2
+    assert spec["postgresql"]["synchronous"]["number"] >= 1
+    assert spec["postgresql"]["synchronous"]["dataDurability"] == "required"
+    assert "CREATE EXTENSION IF NOT EXISTS vector" in spec["bootstrap"]["initdb"]["postInitApplicationSQL"]
+    name, database = cluster["metadata"]["name"], spec["bootstrap"]["initdb"]["database"]
+
+    operations = yaml.safe_load((CLOUDNATIVE_PG / "deployment-patch.yaml").read_text())
+    deployment = _json_patched(resources()["Deployment"], operations)
+    path = tmp_path / "deployment.yaml"
+    path.write_text(yaml.safe_dump(deployment))
+    check = subprocess.run(
+        [BIN / "kubernetes-validate", "--strict", "--quiet", "-k", "1.37.0", str(path)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    secrets = {item["valueFrom"]["secretKeyRef"]["name"] for item in container["env"] if "valueFrom" in item}
+    assert secrets == {f"{name}-app"}
+    defined: dict[str, str] = {}
+    for item in container["env"]:
+        given = {"username": "contextfold", "password": "s3cretLettersAnd0"}
+        defined[item["name"]] = (
+            given[item["valueFrom"]["secretKeyRef"]["key"]]
+            if "valueFrom" in item
+            else _expanded(item["value"], defined)
+        )
+    primary = psycopg.conninfo.conninfo_to_dict(defined["CONTEXTFOLD_DATABASE_URL"])
+    replica = psycopg.conninfo.conninfo_to_dict(defined["CONTEXTFOLD_DATABASE_READ_URL"])
+    assert (primary["host"], replica["host"]) == (f"{name}-rw", f"{name}-ro")
+    assert primary["dbname"] == replica["dbname"] == database
+    assert primary["user"] == "contextfold" and primary["password"] == "s3cretLettersAnd0"
+    for variable, value in defined.items():
+        monkeypatch.setenv(variable, value)
+    config = parse_config([])
+    assert config.database_url == defined["CONTEXTFOLD_DATABASE_URL"]
+    assert list(config.database_read_urls) == [defined["CONTEXTFOLD_DATABASE_READ_URL"]]

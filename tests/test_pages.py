@@ -44,7 +44,10 @@ NOT_RUN = {
     ("docs/console.md", "--console-host 0.0.0.0"): "it listens on every interface; tests listen on loopback only",
     ("docs/deploy.md", "docker build"): "it needs a Docker engine (test_deploy runs the image's entry point)",
     ("docs/deploy.md", "kubectl exec"): "it needs a Kubernetes cluster",
-    ("docs/deploy.md", "kubectl apply"): "it needs a Kubernetes cluster (test_deploy checks what the directory holds)",
+    ("docs/deploy.md", "kubectl create secret"): "it needs a Kubernetes cluster (test_deploy checks what the directory"
+    " holds)",
+    ("docs/deploy.md", "deploy/cloudnative-pg/cluster.yaml"): "it needs a Kubernetes cluster with the CloudNativePG"
+    " operator (test_deploy applies the patch and checks what it points at)",
 }
 
 

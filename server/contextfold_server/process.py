@@ -19,7 +19,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -53,7 +53,7 @@ from .observe.tracing import start_tracing, stop_tracing
 from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
-from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Serving, SupervisorWord
+from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Reaching, Serving, SupervisorWord
 from .wiring import Services, Shared, StartFailed, build, grpc_server
 
 logger = logging.getLogger("contextfold")
@@ -134,7 +134,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
             gc.freeze()
             await readiness.serving()
             reports.send(Serving(services.embedder.name, services.embedder.dimension))
-            telling = asyncio.create_task(_tell_admission(admission, reports, metrics))
+            telling = asyncio.create_task(_tell_admission(admission, reports, metrics, services.databases))
             await stop_requested
             telling.cancel()
         else:
@@ -224,15 +224,19 @@ class _Pending:
         return stream
 
 
-# How often a worker looks whether it admits calls: a worker full for less than this is not reported.
+# How often a worker looks whether it admits calls and reaches a database: a worker full for less than this is
+# not reported.
 ADMISSION_CHECK_SECONDS = 0.5
 
 
-async def _tell_admission(admission: Admission, reports: Connection, metrics: Metrics) -> None:
+async def _tell_admission(
+    admission: Admission, reports: Connection, metrics: Metrics, databases: Sequence[Database]
+) -> None:
     """Tell the supervisor whenever the worker stops admitting calls (it refused some at its limit since
     the last look, every `ADMISSION_CHECK_SECONDS`) and when it admits them again (a look finds it not
-    full)."""
-    admitting = True
+    full); and whenever no database of its own answers (the primary and every replica unreachable,
+    `Database.unreachable`), and when one does again."""
+    admitting = reaching = True
     while True:
         await asyncio.sleep(ADMISSION_CHECK_SECONDS)
         now = admission.admitting(admitting)
@@ -240,6 +244,10 @@ async def _tell_admission(admission: Admission, reports: Connection, metrics: Me
             admitting = now
             metrics.full.set(0 if admitting else 1)
             reports.send(Admitting(admitting))
+        now = any(database.unreachable is None for database in databases)
+        if now != reaching:
+            reaching = now
+            reports.send(Reaching(reaching))
 
 
 def hear_the_supervisor(

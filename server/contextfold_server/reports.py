@@ -1,7 +1,8 @@
 """What a worker and its supervisor tell each other over the pipe between them, as typed messages.
 
 A worker reports `Listening` (its port is open; NOT_SERVING yet), `Serving` (its dependencies
-are ready) and `Admitting` (whether it admits calls, or is full and refusing them). The supervisor
+are ready), `Admitting` (whether it admits calls, or is full and refusing them) and `Reaching`
+(whether a database of its own answers: the primary or a replica). The supervisor
 tells every worker `AllServing` (whether every worker serves and one at least admits calls, which
 health speaks for), `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
 now, rather than each failing a call first) and `OwnPorts` (every port the server listens on, which
@@ -31,6 +32,12 @@ class Admitting:
 
 
 @dataclass(frozen=True)
+class Reaching:
+    # Whether a database of the worker's answers: the primary, or a replica (no longer, while none does).
+    reaching: bool
+
+
+@dataclass(frozen=True)
 class AllServing:
     all_serving: bool
 
@@ -46,5 +53,5 @@ class OwnPorts:
     ports: tuple[int, ...]
 
 
-WorkerReport = Listening | Serving | Admitting
+WorkerReport = Listening | Serving | Admitting | Reaching
 SupervisorWord = AllServing | DatabaseRestarted | OwnPorts

@@ -45,6 +45,7 @@ from .bulk import run_bulk_worker
 from .config import Config, parse_config
 from .observe.logs import configure_logging
 from .observe.metrics import WorkerMetrics
+from .postgres.conninfo import following_the_primary
 from .postgres.embedded import DataDirInUse, EmbeddedPostgres, holdings
 from .process import run_worker
 from .reports import (
@@ -53,6 +54,7 @@ from .reports import (
     DatabaseRestarted,
     Listening,
     OwnPorts,
+    Reaching,
     Serving,
     SupervisorWord,
     WorkerReport,
@@ -81,6 +83,8 @@ class _Worker:
     served: bool = False
     # False while it is full and refusing calls (its `Admitting` reports).
     admitting: bool = True
+    # False while no database of its own answers (its `Reaching` reports).
+    reaching: bool = True
     # Whether its end of the pipe is still open (it closes as the worker exits).
     reporting: bool = True
 
@@ -142,14 +146,19 @@ class _Supervisor:
                     self.shared.port,
                     _transport(self.config),
                 )
-        elif isinstance(report, Admitting):
+        elif isinstance(report, Admitting | Reaching):
             before = self.serving_now()
-            worker.admitting = report.admitting
+            if isinstance(report, Admitting):
+                worker.admitting = report.admitting
+                down, up = "every worker is full, refusing calls> | NOT_SERVING until one admits", "admits calls"
+            else:
+                worker.reaching = report.reaching
+                down, up = "no worker reaches a database> | NOT_SERVING until one does", "reaches a database"
             if self.serving_now() != before:
                 if before:
-                    logger.warning("reason=<every worker is full, refusing calls> | NOT_SERVING until one admits")
+                    logger.warning("reason=<%s", down)
                 else:
-                    logger.info("a worker admits calls again | SERVING")
+                    logger.info("a worker %s again | SERVING", up)
                 self.tell_all_serving(self.serving_now())
         elif isinstance(report, Serving):
             worker.serving = worker.served = True
@@ -216,6 +225,7 @@ class _Supervisor:
             and len(bulk) == self.config.bulk_workers
             and all(worker.serving for worker in (*workers, *bulk))
             and any(worker.admitting for worker in workers)
+            and any(worker.reaching for worker in workers)
         )
 
     def tell_all_serving(self, all_serving: bool) -> None:
@@ -305,11 +315,12 @@ def _supervise(
     console = _reserve_port(config.console_host, config.console_port) if config.console_port >= 0 else None
     # The bulk workers' sockets, in a folder only this process's user may enter (mkdtemp makes it so).
     sockets = Path(tempfile.mkdtemp(prefix="contextfold-bulk-"))
+    # Every connection to the primary, wherever it is now: of a URL's hosts, the one that takes writes.
     shared = Shared(
-        database_url,
+        following_the_primary(database_url),
         port,
         model,
-        config.database_migration_url,
+        config.database_migration_url and following_the_primary(config.database_migration_url),
         console[1] if console else None,
         bulk_addresses=tuple(str(sockets / f"bulk-{index}.sock") for index in range(config.bulk_workers)),
         embedded_database=embedded is not None,

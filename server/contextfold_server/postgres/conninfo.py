@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 # What a log line says of a connection string: where it points and as whom, never a secret.
 _SHOWN = ("host", "hostaddr", "port", "dbname", "user", "target_session_attrs")
@@ -42,3 +42,13 @@ def described(url: str) -> str:
         return "an unreadable URL"
     shown = " ".join(f"{name}={parts[name]}" for name in _SHOWN if parts.get(name))
     return shown or "libpq's defaults"
+
+
+def following_the_primary(url: str) -> str:
+    """`url` asking libpq for a server that takes writes (`target_session_attrs=read-write`) unless it asks
+    for something of its own: of several hosts (`host=a,b`), the primary; of one name that a cluster
+    manager moves, never a standby it still points at. libpq reads it from what the server reports as
+    the connection starts (Postgres 14 on): no round trip of its own."""
+    if conninfo_to_dict(url).get("target_session_attrs"):
+        return url
+    return make_conninfo(url, target_session_attrs="read-write")

@@ -6,6 +6,12 @@ security checks on every row read or written. Queries name the namespace too;
 the policies are the second line, holding even where a query forgot. When the login role would bypass the policies
 (a superuser, as with the embedded Postgres), connections act as the
 unprivileged service role.
+
+A database that stops answering (a lost connection whose database a fresh one cannot reach), or a
+primary that turned read-only (demoted: a write refused with `read_only_sql_transaction`), is tried
+with a fresh connection every `RECONNECT_SECONDS`; meanwhile its calls fail at once (UNAVAILABLE),
+and once one reaches a database that serves (for the primary, the host of its URL that takes writes
+now: `target_session_attrs=read-write`), the pool starts over with new connections there.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import collections
 import contextlib
 import functools
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -28,9 +35,12 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import DeadlineReached, ServiceError, StatementTimeout, Unavailable
+from .conninfo import described
 from .consistency import CALL_POSITION, POSITION_NOW, lsn_value
 from .roles import bypasses_row_security
 from .schema import NAMESPACE_SETTING, SERVICE_ROLE
+
+logger = logging.getLogger(__name__)
 
 # A pooled connection as adapters use it: rows come back as dicts.
 Connection = psycopg.AsyncConnection[dict[str, Any]]
@@ -71,13 +81,30 @@ class PoolLimits:
     turn_seconds: float = 2.0
 
 
+# How often a database that stopped answering is tried again, with a fresh connection each time, and how long
+# one try may take.
+RECONNECT_SECONDS = 0.25
+_TRY_SECONDS = 2.0
+
+
 class Database:
-    def __init__(self, conninfo: str, pool: AsyncConnectionPool, limits: PoolLimits = PoolLimits()) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        pool: AsyncConnectionPool,
+        limits: PoolLimits = PoolLimits(),
+        new_pool: Callable[[], AsyncConnectionPool] | None = None,
+    ) -> None:
         self.conninfo = conninfo
         self._pool = pool
+        # A pool like the first, for starting over once the database answers again.
+        self._new_pool = new_pool
         self._limits = limits
+        # Why the database does not answer, while it does not (a fresh connection failed): calls fail at once.
+        self.unreachable: str | None = None
+        self._recovering: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._turns = _TenantTurns(pool.max_size, limits.per_tenant, timeout=limits.turn_seconds)
-        self._checking: asyncio.Task[None] | None = None
         # With read replicas (set by `Databases.open`): each transaction's commit notes its WAL
         # position on the call's `CallPosition`, so the caller can read its writes from a replica.
         self.track_writes = False
@@ -111,19 +138,26 @@ class Database:
         # so quickly, and injection fails open well within an agent's deadline.
         # Autocommit: a read is one round trip (no BEGIN before it, no COMMIT or ROLLBACK after: its
         # pipeline's sync ends its transaction); writes open their transactions explicitly.
-        pool = AsyncConnectionPool(
-            conninfo,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            configure=configure,
-            open=False,
-            timeout=2.0,
-        )
+        def new_pool() -> AsyncConnectionPool:
+            return AsyncConnectionPool(
+                conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                kwargs={"autocommit": True},
+                configure=configure,
+                open=False,
+                timeout=2.0,
+            )
+
+        pool = new_pool()
         await pool.open(wait=wait, timeout=30.0)
-        return cls(conninfo, pool, limits)
+        return cls(conninfo, pool, limits, new_pool)
 
     async def close(self) -> None:
+        if self._recovering is not None:
+            self._recovering.cancel()
+            await asyncio.gather(self._recovering, return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
         await self._pool.close()
 
     async def check(self) -> None:
@@ -147,6 +181,7 @@ class Database:
         """The rows of each of `reads`, in one transaction and one round trip (as `read`): each
         statement runs after its settings are set (the first's with the namespace's, in one statement),
         and they last the rest of the transaction."""
+        self._refuse_while_unreachable()
         try:
             async with self._turns.turn(namespace), self._pool.connection() as pooled:
                 conn = cast(Connection, pooled)
@@ -187,7 +222,8 @@ class Database:
     def refusal(self, error: BaseException) -> ServiceError:
         """What a caller is told of a database error: a statement cut off by the caller's deadline or by the
         server's longest, the database out of reach (a lost connection, checked at once with the others),
-        or no connection free in time."""
+        a primary that turned read-only (the pool starts over on the one that takes writes now), or no
+        connection free in time."""
         if isinstance(error, psycopg.errors.QueryCanceled):
             left = _deadline_left()
             if left is not None and left <= _DEADLINE_SLACK:
@@ -199,17 +235,69 @@ class Database:
                 f"a statement of the call passed its time, the server's longest ({self._limits.statement_seconds:g} s):"
                 " narrow its filter or scope; nothing is kept",
             )
+        if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+            self._connection_lost(moved=True)
+            return Unavailable(
+                "PRIMARY_READ_ONLY",
+                "the database refused a write as read-only (a primary demoted, or a standby): reconnecting to the"
+                " primary; nothing is kept, retry",
+            )
         if isinstance(error, psycopg.OperationalError):
             self._connection_lost()
         if isinstance(error, _NoTurn):
             return Unavailable("TENANT_CONNECTIONS", str(error))
         return Unavailable("DEPENDENCY_UNAVAILABLE", f"database unavailable: {error}")
 
-    def _connection_lost(self) -> None:
-        """One connection was lost: the database restarted, or the network failed, and the idle ones are
-        most likely lost too. They are checked at once (and replaced), so each does not fail a call first."""
-        if self._checking is None or self._checking.done():
-            self._checking = asyncio.get_running_loop().create_task(self._pool.check())
+    def _connection_lost(self, moved: bool = False) -> None:
+        """A connection was lost (the database restarted or died, or the network failed), or the primary
+        `moved` (it refused a write as read-only): `_recover`, unless already under way."""
+        if self._recovering is None or self._recovering.done():
+            self._recovering = asyncio.get_running_loop().create_task(self._recover(moved))
+
+    async def _recover(self, moved: bool) -> None:
+        """When the database still answers a fresh connection and has not moved, the pool's idle connections
+        are checked (and the lost ones replaced), so each does not fail a call first. Otherwise, until a
+        fresh connection reaches it (every `RECONNECT_SECONDS`), calls fail at once; then the pool starts
+        over with new connections, as the pool's own retries of the lost ones back off to minutes."""
+        reason = await self._try()
+        if reason is None and not moved:
+            await self._pool.check()
+            return
+        if reason is not None:
+            self.unreachable = reason
+            logger.warning("tried=<%s> reason=<%s> | the database does not answer | trying again", self._where, reason)
+        while reason is not None:
+            await asyncio.sleep(RECONNECT_SECONDS)
+            reason = await self._try()
+        if self._new_pool is not None:
+            old, self._pool = self._pool, self._new_pool()
+            await self._pool.open(wait=False)
+            closing = asyncio.get_running_loop().create_task(old.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        self.unreachable = None
+        logger.info("tried=<%s> | the database answers | serving with new connections", self._where)
+
+    async def _try(self) -> str | None:
+        """Why a fresh connection cannot reach the database now, None when it can."""
+        try:
+            async with asyncio.timeout(_TRY_SECONDS):
+                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                await conn.close()
+        except (psycopg.Error, TimeoutError, OSError) as error:
+            return " ".join(str(error).split()) or type(error).__name__
+        return None
+
+    @property
+    def _where(self) -> str:
+        return described(self.conninfo)
+
+    def _refuse_while_unreachable(self) -> None:
+        """A call fails at once, rather than waiting for a connection, while the database does not answer."""
+        if self.unreachable is not None:
+            raise Unavailable(
+                "DEPENDENCY_UNAVAILABLE", f"database unavailable: {self.unreachable} (reconnecting): retry"
+            )
 
     @property
     def min_size(self) -> int:
@@ -239,18 +327,21 @@ class NamespaceConnection:
     def __init__(self, database: Database, namespace: str) -> None:
         self._database = database
         self._turn = database._turns.turn(namespace)
-        self._context = database._pool.connection()
+        self._context: AbstractAsyncContextManager[psycopg.AsyncConnection] | None = None
         self._namespace = namespace
         self._conn: Connection | None = None
         self._pipeline: AbstractAsyncContextManager[psycopg.AsyncPipeline] | None = None
 
     async def __aenter__(self) -> Connection:
+        self._database._refuse_while_unreachable()
         try:
             await self._turn.__aenter__()
         except TimeoutError as error:
             raise self._database.refusal(error) from error
+        # The pool of now: it is replaced when the database moved.
+        context = self._context = self._database._pool.connection()
         try:
-            conn = cast(Connection, await self._context.__aenter__())
+            conn = cast(Connection, await context.__aenter__())
             conn.row_factory = dict_row
             self._conn = conn
             # Pipelined: the BEGIN and the namespace go out with the block's first statement, in one round trip.
@@ -259,7 +350,7 @@ class NamespaceConnection:
             await self._database.begin(conn, self._namespace)
         except (psycopg.Error, TimeoutError) as error:
             if self._conn is not None:
-                await self._context.__aexit__(type(error), error, error.__traceback__)
+                await context.__aexit__(type(error), error, error.__traceback__)
             await self._turn.__aexit__(None, None, None)
             raise self._database.refusal(error) from error
         return conn
@@ -284,10 +375,11 @@ class NamespaceConnection:
         except psycopg.Error as error:
             ending = error
         finally:
+            assert self._context is not None
             await self._context.__aexit__(exc_type, exc or ending, tb)
             await self._turn.__aexit__(None, None, None)
         failure = exc or ending
-        if isinstance(failure, psycopg.OperationalError):
+        if isinstance(failure, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction):
             raise self._database.refusal(failure) from failure
         if exc is None and ending is not None:
             # The block went well and its commit did not: the caller must hear of it.
