@@ -13,6 +13,16 @@ from contextfold import Client, NotFound
 from harness.messages import unique
 from harness.servers import Postgres, ServerProcess, serving
 
+# What tests measured (the failover's seconds without writes, say): printed after the run's results.
+MEASURED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if MEASURED:
+        terminalreporter.section("measured")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
+
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:

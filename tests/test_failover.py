@@ -31,6 +31,8 @@ from harness.messages import unique
 from harness.polling import wait_for
 from harness.servers import Postgres, ServerProcess, health_status, start_server
 
+from .conftest import MEASURED
+
 CALLERS = 8
 # Each caller's deadline for a call: an `Inject` fails open well within it.
 CALL_SECONDS = 5.0
@@ -62,10 +64,8 @@ class Calls:
 
 
 @pytest.fixture
-def primary(tmp_path: Path) -> Iterator[Postgres]:
-    database = Postgres(tmp_path / "primary")
-    yield database
-    database.cleanup()
+def primary(fresh_postgres: Postgres) -> Postgres:
+    return fresh_postgres
 
 
 @pytest.fixture
@@ -186,9 +186,9 @@ def _holds(calls: Calls, promoted: float, standby: Postgres, server: ServerProce
     back = min(at for at in writes if at > promoted) - promoted
     before = [at for at in writes if at < promoted]
     gap = min(at for at in writes if at > promoted) - max(before)
-    print(
-        f"\n{what}: {len(acknowledged)} adds acknowledged, all on the new primary; writes back {back:.2f} s after"
-        f" the promotion, {gap:.2f} s without writes in all; calls {dict(sorted(codes.items()))};"
+    MEASURED.append(
+        f"failover, {what}: {len(acknowledged)} adds acknowledged, all on the new primary; writes back"
+        f" {back:.2f} s after the promotion, {gap:.2f} s without writes in all; calls {dict(sorted(codes.items()))};"
         f" Injects failed open {calls.injects_failed_open}, the slowest Inject {max(calls.inject_seconds):.2f} s"
     )
     assert back <= WRITES_BACK_WITHIN, f"writes came back {back:.2f} s after the promotion"
@@ -214,10 +214,8 @@ def test_a_planned_switchover_fails_no_call_beyond_the_retryable_ones(
 
 
 @pytest.fixture
-def lone(tmp_path: Path) -> Iterator[Postgres]:
-    database = Postgres(tmp_path / "lone")
-    yield database
-    database.cleanup()
+def lone(fresh_postgres: Postgres) -> Postgres:
+    return fresh_postgres
 
 
 def _add(address: str, store: str) -> tuple[str, str | None]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,10 +43,8 @@ _LOGGED = re.compile(r"LOG:\s+(?:execute [^:]*|statement): (.*)")
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    postgres = Postgres(tmp_path_factory.mktemp("sharding") / "pgdata")
-    yield postgres
-    postgres.cleanup()
+def database(postgres: Postgres) -> Postgres:
+    return postgres
 
 
 @pytest.fixture(scope="module")
