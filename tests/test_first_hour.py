@@ -307,7 +307,10 @@ def test_whole_numbers_in_metadata_come_back_whole_from_the_client_and_the_cli(s
         [sys.executable, "-m", "contextfold.cli", "--address", server.address, "memory", "get", added.id],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
-    assert '"rating": 5,' in got.stdout and '"floor": 3' in got.stdout and '"ratio": 0.5' in got.stdout, got.stdout
+    # As JSON readers read it (the keys in whatever order the Struct keeps them): 5, not 5.0.
+    printed_metadata = json.loads(got.stdout)["metadata"]
+    assert printed_metadata["rating"] == 5 and type(printed_metadata["rating"]) is int, got.stdout
+    assert type(printed_metadata["place"]["floor"]) is int and printed_metadata["ratio"] == 0.5, got.stdout
 
 
 def test_mcp_over_http_stops_on_sigterm_within_its_grace_and_says_so(server, tmp_path) -> None:
