@@ -101,7 +101,8 @@ console-screenshots: $(DEV_READY) $(BROWSER_READY)
 ## filtered search (latency, recall) and update throughput; searches/s with a read replica beside the primary;
 ## one tenant's Inject while another floods the server; a small tenant's search beside a 100,000-entry one;
 ## LoCoMo's long conversations, recall of the evidence turns per ranking (when the dataset is beside the project);
-## a chat completion through Envoy with contextfold as its processor, beside the proxy alone and Inject alone.
+## a chat completion through Envoy with contextfold as its processor, beside the proxy alone and Inject alone;
+## contextfold mcp's recall over Streamable HTTP beside stdio.
 bench: $(BENCH_READY)
 	$(BIN)/python -m bench.retrieval
 	$(BIN)/python -m bench.lifecycle
@@ -114,6 +115,7 @@ bench: $(BENCH_READY)
 	$(BIN)/python -m bench.locomo
 	$(BIN)/python -m bench.large_tenant
 	$(BIN)/python -m bench.mesh
+	$(BIN)/python -m bench.mcp
 
 ## mesh-demo: contextfold as Envoy's processor, on loopback: an unmodified OpenAI client's request reaches a
 ## stand-in model API with memory folded in (docs/mesh.md).

@@ -545,6 +545,10 @@ async def _serve_http(server: MCPServer[Any], memory: Memory, args: argparse.Nam
         host=args.host,
     )
     listener = socket.create_server((args.host, args.port), family=_family(args.host))
+    # Each answer leaves at once: asyncio sets TCP_NODELAY only on sockets made with IPPROTO_TCP, and this
+    # one (protocol 0) would hold a response's last segment until the client's delayed ACK, 40 ms later.
+    # Accepted connections inherit it.
+    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     port = listener.getsockname()[1]
     config = uvicorn.Config(
         BearerKey(app), log_level="warning", lifespan="on", timeout_graceful_shutdown=STOP_GRACE_SECONDS
