@@ -27,7 +27,6 @@ use the shared service. Install with `pip install 'contextfold[strands]'`.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -41,9 +40,9 @@ from strands.middleware.stages import InvokeModelStage
 from strands.plugins.plugin import Plugin
 
 from . import _requests
+from ._adapters import LoopClients, ReportListener, tell
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient
-from .v1 import injection_pb2
 
 if TYPE_CHECKING:
     from strands.memory.types import SearchOptions
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ReportListener = Callable[[injection_pb2.InjectionReport], None]
 # The agent's state key under which every ContextInjection keeps what it injected, by its name.
 STATE_KEY = "contextfold"
 
@@ -96,7 +94,7 @@ class ContextInjection(Plugin):
         # Bad options fail here, not on the first turn.
         _requests.known(options, InjectSettings, "ContextInjection")
         _requests.inject([], cast("_requests.InjectOptions", options))
-        self._clients = _LoopClients(client, target, timeout)
+        self._clients = LoopClients(client, target, timeout)
         self._timeout = timeout
         self._on_report = on_report
         self._scope = scope
@@ -153,49 +151,12 @@ class ContextInjection(Plugin):
             **self._options,
         )
         report = result.report
-        if self._on_report is not None:
-            try:
-                self._on_report(report)
-            except Exception as error:  # noqa: BLE001 - a listener's failure is the listener's.
-                logger.warning("reason=<%s> | contextfold on_report raised | injection goes on", error)
+        tell(self._on_report, report)
         index = report.target_message_index
         if 0 <= index < len(sent):
             added = result.messages[index]["content"][len(sent[index]["content"]) :]
             ledger.note(index, [block["injected"] for block in added])
             shown[index] = {**shown[index], "content": [*shown[index]["content"], *map(_shown, added)]}
-
-
-class _LoopClients:
-    """The given client, else one per event loop: a gRPC asyncio channel serves the loop it was
-    made in, and a synchronous `agent(...)` runs each invocation in a loop of its own (a client
-    whose loop has closed is dropped; its channel went with the loop). An agent driven from one
-    loop (`invoke_async`, `stream_async`) keeps one connection."""
-
-    def __init__(self, given: AsyncClient | None, target: str | None, timeout: float) -> None:
-        self._given = given
-        self._target = target
-        self._timeout = timeout
-        self._made: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
-
-    def get(self) -> AsyncClient:
-        if self._given is not None:
-            return self._given
-        loop = asyncio.get_running_loop()
-        for closed in [old for old in self._made if old.is_closed()]:
-            del self._made[closed]
-        if loop not in self._made:
-            self._made[loop] = AsyncClient(self._target, timeout=self._timeout)
-        return self._made[loop]
-
-    async def close(self) -> None:
-        """Close the clients made for this loop (the others' loops have ended, or will close them)."""
-        loop = asyncio.get_running_loop()
-        made, self._made = self._made, {}
-        for owner, client in made.items():
-            if owner is loop:
-                await client.close()
-            elif not owner.is_closed():
-                asyncio.run_coroutine_threadsafe(client.close(), owner)
 
 
 def _per_call(setting: Any, agent: Any) -> Any:
@@ -318,7 +279,7 @@ class ContextfoldMemoryStore:
         self.max_search_results = max_search_results
         self.writable = writable
         self.extraction = extraction
-        self._clients = _LoopClients(client, target, timeout)
+        self._clients = LoopClients(client, target, timeout)
         self._scope = dict(scope or {})
         self._min_score = min_score
         self._filter = dict(filter) if filter else None
