@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from contextfold.langchain import ContextfoldMiddleware, ContextfoldReactState, pre_model_hook
-from contextfold.v1 import injection_pb2
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -29,6 +28,7 @@ from pydantic import Field
 
 from harness.servers import ROOT, ServerProcess, free_port
 
+from .adapters import Reports, add_pets_and_tea
 from .pages import PAGES, blocks, printed, run_printed
 from .test_dist import empty_venv
 
@@ -71,30 +71,10 @@ def texts(message: BaseMessage) -> str:
     return message.content if isinstance(message.content, str) else " ".join(map(str, message.content))
 
 
-@dataclass
-class Reports:
-    """Every report a middleware's calls came back with: one a call to `Inject`."""
-
-    got: list[injection_pb2.InjectionReport]
-
-    def __call__(self, report: injection_pb2.InjectionReport) -> None:
-        self.got.append(report)
-
-    def entries(self, index: int) -> list[str]:
-        return [entry.id for entry in self.got[index].entries]
-
-
 @pytest.fixture
 def notes(client, make_store) -> str:
     store = make_store("langchain")
-    client.add_memories(
-        store,
-        [
-            {"id": f"{store}-tea", "content": "Ana drinks green tea every morning", "user_id": "ana"},
-            {"id": f"{store}-cat", "content": "Ana's cat is called Miso", "user_id": "ana"},
-            {"id": f"{store}-dog", "content": "Bob's dog is called Rex", "user_id": "bob"},
-        ],
-    )
+    add_pets_and_tea(client, store)
     return store
 
 

@@ -1,18 +1,57 @@
-"""What the framework adapters (Strands, LangChain) share: an `AsyncClient` for whichever event loop
-asks, and telling a report listener."""
+"""What the framework adapters (Strands, LangChain, the OpenAI Agents SDK) share: their settings checked
+up front, an `AsyncClient` for whichever event loop asks, telling a report listener, failing open."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import cast
 
+from . import _requests
+from ._requests import InjectSettings
 from .client import AsyncClient
 from .v1 import injection_pb2
 
 logger = logging.getLogger(__name__)
 
 ReportListener = Callable[[injection_pb2.InjectionReport], None]
+
+
+def checked(options: InjectSettings, adapter: str) -> InjectSettings:
+    """`options`, checked as `inject` will read them: bad ones fail when the adapter is made, not on the
+    first turn (naming `adapter`)."""
+    _requests.known(options, InjectSettings, adapter)
+    _requests.inject([], cast("_requests.InjectOptions", options))
+    return options
+
+
+class FailingOpen:
+    """Failing open: whatever fails inside `attempt()` is swallowed, said at WARNING on `log` once, and
+    not again until an attempt goes through (said at INFO), so an outage is one line, not one a call."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self._log = log
+        self._what = what
+        self._failing = False
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 - fail open: the model call goes on without new context.
+            if not self._failing:
+                self._failing = True
+                self._log.warning(
+                    "reason=<%s> | contextfold inject failed | %s (said once, until a call goes through)",
+                    error,
+                    self._what,
+                )
+            return
+        if self._failing:
+            self._failing = False
+            self._log.info("contextfold inject answers again")
 
 
 def tell(listener: ReportListener | None, report: injection_pb2.InjectionReport) -> None:

@@ -29,22 +29,20 @@ Install with `pip install 'contextfold[langchain]'`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NotRequired, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypeVar
 
 from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from . import _requests
-from ._adapters import LoopClients, ReportListener, tell
+from ._adapters import FailingOpen, LoopClients, ReportListener, checked, tell
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient, Client, InjectResult
 
@@ -154,9 +152,7 @@ class _Injection:
         stores: Sequence[str] | Callable[[Any], Sequence[str] | None],
         options: InjectSettings,
     ) -> None:
-        # Bad options fail here, not on the first turn.
-        _requests.known(options, InjectSettings, "ContextfoldMiddleware")
-        _requests.inject([], cast("_requests.InjectOptions", options))
+        checked(options, "ContextfoldMiddleware")
         self.name = name
         self._target = target
         self._client = client
@@ -167,7 +163,7 @@ class _Injection:
         self._scope = scope
         self._stores = stores
         self._options = options
-        self._failing = False
+        self._failing_open = FailingOpen(logger, "the model sees the conversation as it was").attempt
 
     def sync_client(self) -> Client:
         with self._made_lock:
@@ -230,25 +226,6 @@ class _Injection:
                 result = await self._async_clients.get().inject(fold.sent, **self.call_options(context))
                 self.settle(fold, messages, result)
         return fold
-
-    @contextlib.contextmanager
-    def _failing_open(self) -> Iterator[None]:
-        """Whatever fails on the way is said (once, until a call goes through) and swallowed: the model
-        call goes on, with what was kept before shown as it was."""
-        try:
-            yield
-        except Exception as error:  # noqa: BLE001 - fail open: the model call goes on without new context.
-            if not self._failing:
-                self._failing = True
-                logger.warning(
-                    "reason=<%s> | contextfold inject failed | the model sees the conversation as it was"
-                    " (said once, until a call goes through)",
-                    error,
-                )
-            return
-        if self._failing:
-            self._failing = False
-            logger.info("contextfold inject answers again")
 
     def update(self, fold: _Fold, state: Mapping[str, Any]) -> dict[str, Any]:
         """The state update keeping what was injected (every instance's, this one's changed)."""

@@ -39,8 +39,7 @@ from strands.memory import MemoryEntry
 from strands.middleware.stages import InvokeModelStage
 from strands.plugins.plugin import Plugin
 
-from . import _requests
-from ._adapters import LoopClients, ReportListener, tell
+from ._adapters import LoopClients, ReportListener, checked, tell
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient
 
@@ -91,9 +90,7 @@ class ContextInjection(Plugin):
     ) -> None:
         self._name = name
         super().__init__()
-        # Bad options fail here, not on the first turn.
-        _requests.known(options, InjectSettings, "ContextInjection")
-        _requests.inject([], cast("_requests.InjectOptions", options))
+        checked(options, "ContextInjection")
         self._clients = LoopClients(client, target, timeout)
         self._timeout = timeout
         self._on_report = on_report
