@@ -26,11 +26,10 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
-from harness.servers import ROOT, ServerProcess, free_port
+from harness.servers import ServerProcess, free_port
 
-from .adapters import Reports, add_pets_and_tea
-from .pages import PAGES, blocks, printed, run_printed
-from .test_dist import empty_venv
+from .adapters import Reports, add_pets_and_tea, assert_page_installs_and_runs
+from .pages import printed
 
 
 class Scripted(BaseChatModel):
@@ -194,23 +193,12 @@ def test_create_react_agents_hook_folds_and_with_its_state_searches_once_a_turn(
     assert len(reports.got) == 1 and len(model.received) == 3
     assert all("Ana's cat is called Miso" in texts(seen[0]) for seen in model.received)
     assert result["messages"][0].content == "What is my cat called?"
+    hook.close()
 
 
 def test_the_page_installs_the_extra_in_a_clean_venv_and_its_example_prints_what_it_shows(server, tmp_path) -> None:
-    """docs/langchain.md's install and example, run as printed in a folder laid out as the checkout is
-    (its `client` and `examples`), whose `.venv` holds nothing of ours before: the extra brings
-    LangChain, and the example prints exactly what the page shows."""
-    page = PAGES["docs/langchain.md"]
-    example = ROOT / "examples" / "langchain_agent.py"
-    assert blocks(page, "python")[0] == example.read_text()
-    empty_venv(tmp_path / ".venv")
-    for folder in ("client", "examples"):
-        (tmp_path / folder).symlink_to(ROOT / folder)
-    run_printed(printed("docs/langchain.md", "client/python[langchain]"), tmp_path, timeout=600)
-    run = run_printed(printed("docs/langchain.md", "examples/langchain_agent.py"), tmp_path, **only(server.address))
-    assert run.stdout == blocks(page, "text")[0], run.stderr
-
-
-def only(address: str) -> dict[str, str]:
-    """The environment the example runs in: nothing of the checkout's, the server's address."""
-    return {"PYTHONPATH": "", "VIRTUAL_ENV": "", "CONTEXTFOLD_ADDRESS": address}
+    install = printed("docs/langchain.md", "client/python[langchain]")
+    command = printed("docs/langchain.md", "examples/langchain_agent.py")
+    assert_page_installs_and_runs(
+        "docs/langchain.md", install, "examples/langchain_agent.py", command, server.address, tmp_path
+    )

@@ -25,11 +25,10 @@ from agents.usage import Usage
 from contextfold.openai_agents import ContextfoldInputFilter
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from harness.servers import ROOT, ServerProcess, free_port
+from harness.servers import ServerProcess, free_port
 
-from .adapters import Reports, add_pets_and_tea
-from .pages import PAGES, blocks, printed, run_printed
-from .test_dist import empty_venv
+from .adapters import Reports, add_pets_and_tea, assert_page_installs_and_runs
+from .pages import printed
 
 
 class Scripted(Model):
@@ -169,14 +168,8 @@ def test_two_users_each_see_their_own_memory(server, notes) -> None:
 
 
 def test_the_page_installs_the_extra_in_a_clean_venv_and_its_example_prints_what_it_shows(server, tmp_path) -> None:
-    """docs/openai-agents.md's install and example, run as printed in a folder laid out as the checkout
-    is, whose `.venv` holds nothing of ours before."""
-    page = PAGES["docs/openai-agents.md"]
-    empty_venv(tmp_path / ".venv")
-    for folder in ("client", "examples"):
-        (tmp_path / folder).symlink_to(ROOT / folder)
-    assert blocks(page, "python")[0] == (ROOT / "examples" / "openai_agents.py").read_text()
-    run_printed(printed("docs/openai-agents.md", "client/python[openai-agents]"), tmp_path, timeout=600)
-    environment = {"PYTHONPATH": "", "VIRTUAL_ENV": "", "CONTEXTFOLD_ADDRESS": server.address}
-    done = run_printed(printed("docs/openai-agents.md", "examples/openai_agents.py"), tmp_path, **environment)
-    assert done.stdout == blocks(page, "text")[0], done.stderr
+    install = printed("docs/openai-agents.md", "client/python[openai-agents]")
+    command = printed("docs/openai-agents.md", "examples/openai_agents.py")
+    assert_page_installs_and_runs(
+        "docs/openai-agents.md", install, "examples/openai_agents.py", command, server.address, tmp_path
+    )

@@ -4,14 +4,18 @@ up front, an `AsyncClient` for whichever event loop asks, telling a report liste
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import hashlib
+import json
 import logging
-from collections.abc import Callable, Iterator
-from typing import cast
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 from . import _requests
 from ._requests import InjectSettings
-from .client import AsyncClient
+from .client import AsyncClient, InjectResult
 from .v1 import injection_pb2
 
 logger = logging.getLogger(__name__)
@@ -95,3 +99,133 @@ class LoopClients:
                 await client.close()
             elif not owner.is_closed():
                 asyncio.run_coroutine_threadsafe(client.close(), owner)
+
+
+Blocks = list[dict[str, Any]]
+Message = TypeVar("Message")
+
+
+@dataclass(frozen=True)
+class Dialect(Generic[Message]):
+    """How a framework's messages read: as contextfold's conversation (`converted`: each message kept
+    with its index), whether one is a person's ask (`asks`, given the converted message and the
+    framework's), the framework's message with text after its content (`with_text`), and the bytes
+    that identify the messages up to one (`identity`)."""
+
+    converted: Callable[[Sequence[Message]], list[tuple[int, dict[str, Any]]]]
+    asks: Callable[[dict[str, Any], Message], bool]
+    with_text: Callable[[Message, Sequence[str]], Message]
+    identity: Callable[[Sequence[Message]], bytes]
+
+
+@dataclass
+class Fold(Generic[Message]):
+    """One model call's messages: as the service reads them (`sent`, blocks remembered as
+    `InjectedBlock`s), where each of those is among the framework's (`positions`), as the model will
+    see them (`shown`), each ask's key (by index), the latest ask, and the call's options."""
+
+    sent: list[dict[str, Any]]
+    positions: list[int]
+    shown: list[Message]
+    keys: dict[int, str]
+    latest: int | None
+    options: dict[str, Any]
+
+
+class Remembering(Generic[Message]):
+    """Injection for frameworks that keep nothing of what the model saw (their hooks change only the
+    request): what was folded into each ask is remembered here, under the hash of the scope and of
+    the messages up to and including it, so a tool loop's later steps show it again without a call
+    and a later turn that replays the messages shows it and sends it back (new entries only). The
+    newest `most` asks are remembered. `context` is the framework's per-run value that `scope` and
+    `stores`, when functions, are called with."""
+
+    def __init__(
+        self,
+        dialect: Dialect[Message],
+        adapter: str,
+        client: AsyncClient | None,
+        target: str | None,
+        timeout: float,
+        on_report: ReportListener | None,
+        scope: Any,
+        stores: Any,
+        most: int,
+        options: InjectSettings,
+        log: logging.Logger,
+    ) -> None:
+        self._dialect = dialect
+        self._options = checked(options, adapter)
+        self._clients = LoopClients(client, target, timeout)
+        self._timeout = timeout
+        self._on_report = on_report
+        self._scope = scope
+        self._stores = stores
+        self._most = most
+        self._remembered: collections.OrderedDict[str, Blocks] = collections.OrderedDict()
+        self._failing_open = FailingOpen(log, "the model sees the messages as they were").attempt
+
+    async def fold(self, messages: list[Message], context: Any) -> list[Message]:
+        """The messages the model gets: with what was remembered shown again, and a new ask injected into;
+        as they were when anything fails (said once)."""
+        folded = messages
+        with self._failing_open():
+            fold = self._prepare(messages, context)
+            folded = fold.shown
+            if fold.latest is not None and fold.keys[fold.latest] not in self._remembered:
+                await self._ask(fold)
+        return folded
+
+    def _prepare(self, messages: list[Message], context: Any) -> Fold[Message]:
+        scope = self._scope(context) if callable(self._scope) else self._scope
+        stores = self._stores(context) if callable(self._stores) else self._stores
+        converted = self._dialect.converted(messages)
+        keys = {
+            index: self._key(scope, messages[: index + 1])
+            for index, message in converted
+            if self._dialect.asks(message, messages[index])
+        }
+        shown = list(messages)
+        sent = []
+        for index, message in converted:
+            blocks = self._remembered.get(keys.get(index, ""), [])
+            sent.append({**message, "content": [*message["content"], *({"injected": b} for b in blocks)]})
+            if blocks:
+                shown[index] = self._dialect.with_text(messages[index], [block["text"] for block in blocks])
+        options = {**self._options, "scope": scope, "stores": stores or (), "timeout": self._timeout}
+        positions = [index for index, _ in converted]
+        return Fold(sent, positions, shown, keys, max(keys) if keys else None, options)
+
+    async def _ask(self, fold: Fold[Message]) -> None:
+        """Inject into the latest ask, showing and remembering what it adds (nothing: asked)."""
+        assert fold.latest is not None
+        result = await self._clients.get().inject(fold.sent, **fold.options)
+        added = added_blocks(result, fold.sent, fold.positions, fold.latest, self._on_report)
+        key = fold.keys[fold.latest]
+        self._remembered[key] = added
+        self._remembered.move_to_end(key)
+        while len(self._remembered) > self._most:
+            self._remembered.popitem(last=False)
+        fold.shown[fold.latest] = self._dialect.with_text(fold.shown[fold.latest], [block["text"] for block in added])
+
+    def _key(self, scope: Any, messages: Sequence[Message]) -> str:
+        """An ask's key: two conversations share one only where they are the same, and one user's."""
+        named = json.dumps(scope, sort_keys=True, default=repr).encode()
+        return hashlib.sha256(named + b"\0" + self._dialect.identity(messages)).hexdigest()
+
+    async def close(self) -> None:
+        await self._clients.close()
+
+
+def added_blocks(
+    result: InjectResult, sent: Sequence[dict[str, Any]], positions: Sequence[int], target: int,
+    on_report: ReportListener | None,
+) -> Blocks:  # fmt: skip
+    """The injected blocks an `Inject` call added to the framework's message at `target` (its index among
+    the framework's messages; `positions` maps the call's messages to those), its report told first."""
+    tell(on_report, result.report)
+    index = result.report.target_message_index
+    if not (0 <= index < len(sent) and positions[index] == target):
+        return []
+    appended = result.messages[index]["content"][len(sent[index]["content"]) :]
+    return [block["injected"] for block in appended if "injected" in block]

@@ -42,7 +42,7 @@ from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse, 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from ._adapters import FailingOpen, LoopClients, ReportListener, checked, tell
+from ._adapters import FailingOpen, LoopClients, ReportListener, added_blocks, checked
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient, Client, InjectResult
 
@@ -191,13 +191,7 @@ class _Injection:
     def settle(self, fold: _Fold, messages: Sequence[AnyMessage], result: InjectResult) -> None:
         """Fold what the call added into the message it targets, and keep it (an empty list: asked)."""
         assert fold.target is not None
-        report = result.report
-        tell(self._on_report, report)
-        added: list[dict[str, Any]] = []
-        index = report.target_message_index
-        if 0 <= index < len(fold.sent) and fold.positions[index] == fold.target:
-            blocks = result.messages[index]["content"][len(fold.sent[index]["content"]) :]
-            added = [block["injected"] for block in blocks if "injected" in block]
+        added = added_blocks(result, fold.sent, fold.positions, fold.target, self._on_report)
         key = _key(messages[fold.target])
         fold.kept[key] = [*fold.kept.get(key, []), *added]
         fold.shown[fold.target] = _with_text(fold.shown[fold.target], [block["text"] for block in added])
@@ -324,7 +318,7 @@ def pre_model_hook(
     the model gets the folded messages (`llm_input_messages`), the graph's `messages` stay as they
     were. Pass `state_schema=ContextfoldReactState` (or a schema of yours with its `contextfold` key)
     so what was injected is kept: without it, each step of a tool loop searches again. `scope` and
-    `stores` may be functions of the graph's state."""
+    `stores` may be functions of the graph's state. `hook.close()` closes the client it made."""
     injection = _Injection(name, target, client, None, timeout, on_report, scope, stores, options)
 
     def hook(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -336,6 +330,8 @@ def pre_model_hook(
         # A key the graph's state does not declare is dropped by LangGraph: kept only with the schema.
         return answer | injection.update(fold, state) if fold.changed else answer
 
+    # The hook's client, made on its first call, is closed by `hook.close()`.
+    hook.close = injection.close  # type: ignore[attr-defined]
     return hook
 
 

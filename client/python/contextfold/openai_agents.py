@@ -27,17 +27,14 @@ Install with `pip install 'contextfold[openai-agents]'`.
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.run_config import CallModelData, ModelInputData
 
-from ._adapters import FailingOpen, LoopClients, ReportListener, checked, tell
+from ._adapters import Dialect, Remembering, ReportListener
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient
 
@@ -97,19 +94,6 @@ def _with_text(item: Mapping[str, Any], texts: Sequence[str]) -> dict[str, Any]:
     return {**item, "content": [*content, *({"type": "input_text", "text": text} for text in texts)]}
 
 
-@dataclass
-class _Fold:
-    """One model call's input: as the service reads it, where each of those messages is among the items,
-    as the model will see it, the key of each user message (by index), the latest, the call's options."""
-
-    sent: list[dict[str, Any]]
-    positions: list[int]
-    shown: list[Any]
-    keys: dict[int, str]
-    latest: int | None
-    options: dict[str, Any]
-
-
 class ContextfoldInputFilter:
     """A `RunConfig.call_model_input_filter` folding contextfold's injection into every model call.
 
@@ -132,75 +116,28 @@ class ContextfoldInputFilter:
         remembered: int = 10_000,
         **options: Unpack[InjectSettings],
     ) -> None:
-        checked(options, "ContextfoldInputFilter")
-        self._clients = LoopClients(client, target, timeout)
-        self._timeout = timeout
-        self._on_report = on_report
-        self._scope = scope
-        self._stores = stores
-        self._options = options
-        # The blocks folded into each user message, by `_key`: the newest `remembered` of them.
-        self._remembered: collections.OrderedDict[str, Blocks] = collections.OrderedDict()
-        self._most = remembered
-        self._failing_open = FailingOpen(logger, "the model sees the input as it was").attempt
+        self._injection = Remembering(
+            _DIALECT, "ContextfoldInputFilter", client, target, timeout, on_report, scope, stores, remembered,
+            options, logger,
+        )  # fmt: skip
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        folded = items = list(data.model_data.input)
-        with self._failing_open():
-            fold = self._prepare(items, data.context)
-            folded = fold.shown
-            if fold.latest is not None and fold.keys[fold.latest] not in self._remembered:
-                await self._ask(fold)
+        folded = await self._injection.fold(list(data.model_data.input), data.context)
         return ModelInputData(input=folded, instructions=data.model_data.instructions)
-
-    def _prepare(self, items: list[Any], context: Any) -> _Fold:
-        """The input with the blocks remembered for it shown again (`shown`), as the service reads it
-        (`sent`, those blocks as `InjectedBlock`s), and its latest user message."""
-        scope = self._scope(context) if callable(self._scope) else self._scope
-        stores = self._stores(context) if callable(self._stores) else self._stores
-        converted = contextfold_messages(items)
-        keys = {index: self._key(items, index, scope) for index, message in converted if _asks(message)}
-        shown = list(items)
-        sent = []
-        for index, message in converted:
-            blocks = self._remembered.get(keys.get(index, ""), [])
-            sent.append({**message, "content": [*message["content"], *({"injected": b} for b in blocks)]})
-            if blocks:
-                shown[index] = _with_text(items[index], [block["text"] for block in blocks])
-        options = {**self._options, "scope": scope, "stores": stores or (), "timeout": self._timeout}
-        positions = [index for index, _ in converted]
-        return _Fold(sent, positions, shown, keys, max(keys) if keys else None, options)
-
-    async def _ask(self, fold: _Fold) -> None:
-        """Inject into the latest user message, showing and remembering what it adds (nothing: asked)."""
-        assert fold.latest is not None
-        result = await self._clients.get().inject(fold.sent, **fold.options)
-        tell(self._on_report, result.report)
-        added: Blocks = []
-        position = result.report.target_message_index
-        if 0 <= position < len(fold.sent) and fold.positions[position] == fold.latest:
-            appended = result.messages[position]["content"][len(fold.sent[position]["content"]) :]
-            added = [block["injected"] for block in appended if "injected" in block]
-        self._remember(fold.keys[fold.latest], added)
-        fold.shown[fold.latest] = _with_text(fold.shown[fold.latest], [block["text"] for block in added])
-
-    def _key(self, items: Sequence[Any], index: int, scope: Any) -> str:
-        """A user message's key: the hash of the scope and of the conversation up to and including it, so
-        two conversations share a key only where they are the same (and one user's)."""
-        text = json.dumps([scope, list(items[: index + 1])], sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def _remember(self, key: str, blocks: Blocks) -> None:
-        self._remembered[key] = blocks
-        self._remembered.move_to_end(key)
-        while len(self._remembered) > self._most:
-            self._remembered.popitem(last=False)
 
     async def close(self) -> None:
         """Close the clients this filter made (one passed in is the caller's)."""
-        await self._clients.close()
+        await self._injection.close()
 
 
-def _asks(message: Mapping[str, Any]) -> bool:
+def _asks(message: Mapping[str, Any], item: Any) -> bool:
     """Whether a converted message is a user's ask (text), not a tool's output."""
     return message["role"] == "user" and not any("toolResult" in block for block in message["content"])
+
+
+_DIALECT: Dialect[Any] = Dialect(
+    contextfold_messages,
+    _asks,
+    _with_text,
+    lambda items: json.dumps(list(items), sort_keys=True, default=repr).encode(),
+)
