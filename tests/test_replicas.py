@@ -104,8 +104,18 @@ def lag_metric(server: ServerProcess) -> float:
 
 
 def served_by_the_replica(server: ServerProcess, store: str, timeout: float, what: str) -> None:
-    """Wait until a caller with no token is answered by the replica: it is caught up, and checked."""
-    wait_for(lambda: fresh_search(server, store)[0] == "replica-1", timeout, what=what)
+    """Wait until a caller with no token is answered by the replica: it is caught up, and checked. (A
+    replica that has not replayed the store's creation yet answers that it does not exist.)"""
+
+    def answered_by_the_replica() -> bool:
+        try:
+            return fresh_search(server, store)[0] == "replica-1"
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                raise
+            return False
+
+    wait_for(answered_by_the_replica, timeout, what=what)
 
 
 @contextlib.contextmanager
