@@ -23,6 +23,12 @@ logger = logging.getLogger(__name__)
 ReportListener = Callable[[injection_pb2.InjectionReport], None]
 
 
+def per_call(setting: Any, context: Any) -> Any:
+    """A setting for one call: a function of the framework's per-call value (an agent, a run's context)
+    called with it, any other value as it is."""
+    return setting(context) if callable(setting) else setting
+
+
 def checked(options: InjectSettings, adapter: str) -> InjectSettings:
     """`options`, checked as `inject` will read them: bad ones fail when the adapter is made, not on the
     first turn (naming `adapter`)."""
@@ -177,8 +183,7 @@ class Remembering(Generic[Message]):
         return folded
 
     def _prepare(self, messages: list[Message], context: Any) -> Fold[Message]:
-        scope = self._scope(context) if callable(self._scope) else self._scope
-        stores = self._stores(context) if callable(self._stores) else self._stores
+        scope = per_call(self._scope, context)
         converted = self._dialect.converted(messages)
         keys = {
             index: self._key(scope, messages[: index + 1])
@@ -192,7 +197,8 @@ class Remembering(Generic[Message]):
             sent.append({**message, "content": [*message["content"], *({"injected": b} for b in blocks)]})
             if blocks:
                 shown[index] = self._dialect.with_text(messages[index], [block["text"] for block in blocks])
-        options = {**self._options, "scope": scope, "stores": stores or (), "timeout": self._timeout}
+        stores = per_call(self._stores, context) or ()
+        options = {**self._options, "scope": scope, "stores": stores, "timeout": self._timeout}
         positions = [index for index, _ in converted]
         return Fold(sent, positions, shown, keys, max(keys) if keys else None, options)
 

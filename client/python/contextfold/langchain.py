@@ -34,7 +34,7 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypeVar
 
 from langchain.agents import AgentState
@@ -42,7 +42,7 @@ from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse, 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from ._adapters import FailingOpen, LoopClients, ReportListener, added_blocks, checked
+from ._adapters import FailingOpen, LoopClients, ReportListener, added_blocks, checked, per_call
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient, Client, InjectResult
 
@@ -134,7 +134,7 @@ class _Fold:
     kept: dict[str, list[dict[str, Any]]]
     target: int | None
     asked: bool = False
-    changed: bool = field(default=False)
+    changed: bool = False
 
 
 class _Injection:
@@ -151,8 +151,9 @@ class _Injection:
         scope: ScopeLike | Callable[[Any], ScopeLike],
         stores: Sequence[str] | Callable[[Any], Sequence[str] | None],
         options: InjectSettings,
+        adapter: str,
     ) -> None:
-        checked(options, "ContextfoldMiddleware")
+        checked(options, adapter)
         self.name = name
         self._target = target
         self._client = client
@@ -198,9 +199,8 @@ class _Injection:
         fold.changed = True
 
     def call_options(self, context: Any) -> dict[str, Any]:
-        scope = self._scope(context) if callable(self._scope) else self._scope
-        stores = self._stores(context) if callable(self._stores) else self._stores
-        return {**self._options, "timeout": self._timeout, "scope": scope, "stores": stores or ()}
+        stores = per_call(self._stores, context) or ()
+        return {**self._options, "timeout": self._timeout, "scope": per_call(self._scope, context), "stores": stores}
 
     def fold(self, messages: Sequence[AnyMessage], state: Mapping[str, Any], context: Any) -> _Fold | None:
         """The model call's conversation, folded (`prepare`, then `Inject` unless the turn asked already);
@@ -263,7 +263,9 @@ class ContextfoldMiddleware(AgentMiddleware[ContextfoldState, Any, Any]):
         **options: Unpack[InjectSettings],
     ) -> None:
         super().__init__()
-        self._injection = _Injection(name, target, client, async_client, timeout, on_report, scope, stores, options)
+        self._injection = _Injection(
+            name, target, client, async_client, timeout, on_report, scope, stores, options, "ContextfoldMiddleware"
+        )
 
     @property
     def name(self) -> str:
@@ -319,7 +321,7 @@ def pre_model_hook(
     were. Pass `state_schema=ContextfoldReactState` (or a schema of yours with its `contextfold` key)
     so what was injected is kept: without it, each step of a tool loop searches again. `scope` and
     `stores` may be functions of the graph's state. `hook.close()` closes the client it made."""
-    injection = _Injection(name, target, client, None, timeout, on_report, scope, stores, options)
+    injection = _Injection(name, target, client, None, timeout, on_report, scope, stores, options, "pre_model_hook")
 
     def hook(state: Mapping[str, Any]) -> dict[str, Any]:
         messages = list(state["messages"])

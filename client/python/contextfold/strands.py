@@ -39,7 +39,7 @@ from strands.memory import MemoryEntry
 from strands.middleware.stages import InvokeModelStage
 from strands.plugins.plugin import Plugin
 
-from ._adapters import LoopClients, ReportListener, checked, tell
+from ._adapters import LoopClients, ReportListener, checked, per_call, tell
 from ._requests import InjectSettings, ScopeLike
 from .client import AsyncClient
 
@@ -141,8 +141,8 @@ class ContextInjection(Plugin):
         result = await self._clients.get().inject(
             sent,
             timeout=self._timeout,
-            scope=_per_call(self._scope, agent),
-            stores=_per_call(self._stores, agent) or (),
+            scope=per_call(self._scope, agent),
+            stores=per_call(self._stores, agent) or (),
             app_state=state,
             agent={"id": agent.agent_id, "name": agent.name or ""},
             **self._options,
@@ -154,10 +154,6 @@ class ContextInjection(Plugin):
             added = result.messages[index]["content"][len(sent[index]["content"]) :]
             ledger.note(index, [block["injected"] for block in added])
             shown[index] = {**shown[index], "content": [*shown[index]["content"], *map(_shown, added)]}
-
-
-def _per_call(setting: Any, agent: Any) -> Any:
-    return setting(agent) if callable(setting) else setting
 
 
 def _shown(block: Mapping[str, Any]) -> dict[str, Any]:
