@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 from contextfold import Client
 
 from harness.messages import assistant, unique, user
 from harness.servers import Postgres, start_server
+
+from .pages import section
 
 # Tables that hold no tenant's data, or that are looked up across tenants: replicated whole to every node
 # (reference tables) when sharded.
@@ -175,8 +176,7 @@ def test_the_functions_statements_call_stay_in_one_namespace(database: Postgres)
 
 
 def test_the_page_says_what_sharding_would_change() -> None:
-    page = (Path(__file__).resolve().parent.parent / "docs" / "deploy.md").read_text()
-    section = page.split("## Past one primary", 1)[1].split("\n## ", 1)[0]
+    said = section("Past one primary")
     for table in SERVICE_WIDE:
-        assert f"`{table}`" in section
-    assert "HNSW" in section and "create_distributed_table" in section
+        assert f"`{table}`" in said
+    assert "HNSW" in said and "create_distributed_table" in said
