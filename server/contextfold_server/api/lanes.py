@@ -64,9 +64,12 @@ class BulkLane:
 
     def __init__(self, addresses: Sequence[str], max_message_bytes: int) -> None:
         # As the worker's own callers: a request as large as the server takes, an answer as large as it gives.
+        # And its status as large as it gives it: a refusal's details (which may quote the caller's field) are
+        # passed on whole, not cut off by the hop's metadata limit (16 KiB by default) as RESOURCE_EXHAUSTED.
         limits = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", 4 * max_message_bytes),
+            ("grpc.max_metadata_size", 4 * max_message_bytes),
         ]
         self._channels = [grpc.aio.insecure_channel(f"unix:{address}", options=limits) for address in addresses]
         self._turns = itertools.count()
