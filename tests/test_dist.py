@@ -23,7 +23,7 @@ import pytest
 
 from harness.servers import ROOT, ServerProcess, start_server
 
-from .pages import printed, replacing, run_printed
+from .pages import PAGES, blocks, printed, replacing, run_printed
 
 DIST = ROOT / "dist"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -192,6 +192,47 @@ def test_the_strands_pages_installs_run_as_printed(artifacts: Path, tmp_path: Pa
     listing = "import('@contextfold/client/strands').then((m) => console.log(Object.keys(m).sort().join(' ')))"
     exported = run(["node", "-e", listing], cwd=project, env=clean_environment()).split()
     assert {"ContextInjection", "ContextfoldMemoryStore"} <= set(exported), exported
+
+
+@pytest.mark.parametrize(
+    ("page", "install", "command"),
+    [
+        (
+            "docs/vercel-ai.md",
+            printed("docs/vercel-ai.md", ".tgz ai zod"),
+            printed("docs/vercel-ai.md", "node vercel-ai.mjs"),
+        ),
+        (
+            "docs/langchain.md",
+            printed("docs/langchain.md", ".tgz langchain"),
+            printed("docs/langchain.md", "node langchain.mjs"),
+        ),
+        (
+            "docs/openai-agents.md",
+            printed("docs/openai-agents.md", ".tgz @openai/agents"),
+            printed("docs/openai-agents.md", "node openai-agents.mjs"),
+        ),
+    ],
+    ids=["vercel-ai", "langchain", "openai-agents"],
+)
+def test_a_typescript_adapters_page_installs_into_a_new_project_and_its_example_prints_what_it_shows(
+    artifacts: Path, server: ServerProcess, tmp_path: Path, page: str, install: str, command: str
+) -> None:
+    """A TypeScript framework adapter's page: its `npm install` of the tarball, as printed, in a new node
+    project (nothing of ours in it before); its example (the page's block, the file in
+    client/typescript/examples that `command` runs) saved there and run as printed prints the text the
+    page shows after it."""
+    project = tmp_path / "agent"
+    project.mkdir()
+    run(["npm", "init", "-y"], cwd=project)
+    run_printed(replacing(install, {"/path/to/contextfold": str(ROOT)}), project, timeout=600)
+    example = command.split()[-1]
+    source = (ROOT / "client" / "typescript" / "examples" / example).read_text()
+    assert source in blocks(PAGES[page], "js"), f"{page} shows {example} as it is"
+    (project / example).write_text(source)
+    shown = blocks(PAGES[page].split(f"{command}```\n", 1)[1], "text")[0]
+    done = run_printed(command, project, CONTEXTFOLD_ADDRESS=server.address)
+    assert done.stdout == shown, done.stderr
 
 
 def test_the_mcp_extra_installs_from_the_checkout_as_printed(server: ServerProcess, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 /**
  * contextfold's TypeScript client: typed stubs generated from the protos, converters between
  * agents' message data and contextfold's messages, errors with their details, and a provider server.
- * The Strands Agents integrations are in `@contextfold/client/strands`.
+ * The framework adapters are subpath exports: `@contextfold/client/strands` (Strands Agents),
+ * `/ai` (the Vercel AI SDK), `/langchain` (LangChain.js) and `/openai-agents` (the OpenAI Agents SDK).
  */
 export {
   ContextfoldClient,

@@ -35,16 +35,14 @@ import {
   type SearchOptions,
 } from "@strands-agents/sdk";
 import type { ExtractionConfig } from "@strands-agents/sdk";
+import { canonicalJson, sha256, type Warn } from "./adapters.js";
 import { ContextfoldClient, injectRequest, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
 import { toProtoMessages, type BlockData, type InjectedBlockData, type MessageData } from "./convert.js";
 import { filterMessage, type FilterData } from "./filter.js";
 import type { InjectionReport } from "./gen/contextfold/v1/injection_pb.js";
 import { MemorySchema, type Filter } from "./gen/contextfold/v1/memory_pb.js";
 
-/** Where warnings go; `console` unless given. */
-export interface Warn {
-  warn(message: string): void;
-}
+export type { Warn } from "./adapters.js";
 
 /** A setting given as it is, or derived from the agent at each call (see `fromState`). */
 export type PerCall<T> = T | ((agent: LocalAgent) => T | undefined);
@@ -100,11 +98,6 @@ interface InjectedRecord {
   /** The message's fingerprint (see `Ledger`). */
   message: string;
   blocks: InjectedBlockData[];
-}
-
-async function sha256(text: string): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
-  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0")).join("");
 }
 
 /**
@@ -318,16 +311,6 @@ export interface ContextfoldMemoryStoreOptions {
   conversationId?: string;
   /** Deadline of each call, in milliseconds (default 5000). */
   timeoutMs?: number;
-}
-
-/** JSON with object keys sorted at every level: the same text for the same value, in any language. */
-function canonicalJson(value: JsonValue): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const keys = Object.keys(value).sort();
-    return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(value[key])}`).join(",")}}`;
-  }
-  return JSON.stringify(value);
 }
 
 const SCOPE_FIELDS = { userId: "user_id", agentId: "agent_id", sessionId: "session_id" } as const;

@@ -1,7 +1,8 @@
 /** What the TypeScript tests share: the live server's address, unique names, and stores that clean up. */
 import { randomUUID } from "node:crypto";
 import net from "node:net";
-import { ContextfoldClient } from "../src/index.js";
+import { after, before } from "node:test";
+import { ContextfoldClient, type InjectionReport } from "../src/index.js";
 
 export const address = process.env.CONTEXTFOLD_ADDRESS ?? "";
 if (!address) throw new Error("CONTEXTFOLD_ADDRESS must name a running contextfold server (make test sets it)");
@@ -15,7 +16,7 @@ export class Fixture {
   readonly cf = new ContextfoldClient({ address, timeoutMs: 30_000 });
   private readonly stores: string[] = [];
 
-  async store(prefix: string, contents: { content: string; userId?: string }[] = []): Promise<string> {
+  async store(prefix: string, contents: { id?: string; content: string; userId?: string }[] = []): Promise<string> {
     const name = unique(prefix);
     await this.cf.memory.createStore({ store: { name } });
     this.stores.push(name);
@@ -26,6 +27,52 @@ export class Fixture {
   async close(): Promise<void> {
     for (const name of this.stores) await this.cf.memory.deleteStore({ name, force: true });
     this.cf.close();
+  }
+}
+
+/**
+ * A store of Ana's tea (`{store}-tea`) and cat (`{store}-cat`, Miso) and Bob's dog (`{store}-dog`,
+ * Rex), each under its user: what the framework adapters' agents are asked about.
+ */
+export async function petsAndTea(fixture: Fixture): Promise<string> {
+  const name = await fixture.store("pets");
+  await fixture.cf.memory.addMemories({
+    store: name,
+    memories: [
+      { id: `${name}-tea`, content: "Ana drinks green tea every morning", userId: "ana" },
+      { id: `${name}-cat`, content: "Ana's cat is called Miso", userId: "ana" },
+      { id: `${name}-dog`, content: "Bob's dog is called Rex", userId: "bob" },
+    ],
+  });
+  return name;
+}
+
+/** `petsAndTea`'s store for one test file: made before its tests, deleted after; `name` once made. */
+export function petsAndTeaStore(): { name: string } {
+  const fixture = new Fixture();
+  const store = { name: "" };
+  before(async () => {
+    store.name = await petsAndTea(fixture);
+  });
+  after(() => fixture.close());
+  return store;
+}
+
+/** Every report an adapter's calls came back with (give `reports.add` as its `onReport`). */
+export class Reports {
+  readonly got: InjectionReport[] = [];
+  readonly add = (report: InjectionReport): void => void this.got.push(report);
+
+  entries(index: number): string[] {
+    return this.got[index].entries.map((entry) => entry.id);
+  }
+}
+
+/** Warnings an adapter said (give it as its `logger`). */
+export class Warnings {
+  readonly said: string[] = [];
+  warn(message: string): void {
+    this.said.push(message);
   }
 }
 
