@@ -1,4 +1,4 @@
-"""What the framework adapters (Strands, LangChain, the OpenAI Agents SDK) share: their settings checked
+"""What the framework adapters (Strands, LangChain, the OpenAI Agents SDK, pydantic-ai, ADK) share: their settings checked
 up front, an `AsyncClient` for whichever event loop asks, telling a report listener, failing open."""
 
 from __future__ import annotations
