@@ -1,5 +1,6 @@
-"""What the framework adapters (Strands, LangChain, the OpenAI Agents SDK, pydantic-ai, ADK) share: their settings checked
-up front, an `AsyncClient` for whichever event loop asks, telling a report listener, failing open."""
+"""What the framework adapters (Strands, LangChain, the OpenAI Agents SDK, pydantic-ai, ADK) share: their
+settings checked up front, an `AsyncClient` for whichever event loop asks, telling a report listener,
+failing open."""
 
 from __future__ import annotations
 
