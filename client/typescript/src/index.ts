@@ -2,7 +2,7 @@
  * contextfold's TypeScript client: typed stubs generated from the protos, converters between
  * agents' message data and contextfold's messages, errors with their details, and a provider server.
  * The framework adapters are subpath exports: `@contextfold/client/strands` (Strands Agents),
- * `/ai` (the Vercel AI SDK), `/langchain` (LangChain.js) and `/openai-agents` (the OpenAI Agents SDK).
+ * `/ai` (the Vercel AI SDK), `/langchain` (LangChain.js), `/langgraph` (LangGraph.js's store) and `/openai-agents` (the OpenAI Agents SDK).
  */
 export {
   ContextfoldClient,
