@@ -22,6 +22,8 @@ import psutil
 import pytest
 from contextfold import Client, DeadlineExceeded
 from contextfold.v1 import memory_pb2
+from contextfold_server.api.lanes import BulkCalls, BulkLane, Relayed
+from contextfold_server.errors import Unavailable
 from contextfold_server.postgres.pool import _TenantTurns
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -247,3 +249,46 @@ def _open_files(server: ServerProcess) -> str:
         except psutil.Error:
             continue
     return " ".join(str(address) for address in sockets)
+
+
+def test_a_bulk_workers_unexpected_error_reaches_the_caller_as_internal_and_an_absent_one_as_unavailable(
+    tmp_path: Path,
+) -> None:
+    """A bug in a bulk call (a servicer that raises, behind the bulk worker's own interceptor on a real gRPC
+    socket) ends the caller's call INTERNAL, as it would on the worker, not UNAVAILABLE: retrying a bug
+    does not mend it. A bulk worker that cannot be reached is still UNAVAILABLE, retry."""
+
+    async def failing(request: memory_pb2.AddMemoriesRequest, context: grpc.aio.ServicerContext) -> None:
+        raise RuntimeError("a bug")
+
+    async def forwarded() -> tuple[Relayed, Unavailable]:
+        method = grpc.unary_unary_rpc_method_handler(
+            failing,
+            request_deserializer=memory_pb2.AddMemoriesRequest.FromString,
+            response_serializer=memory_pb2.AddMemoriesResponse.SerializeToString,
+        )
+        server = grpc.aio.server(interceptors=[BulkCalls()])
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("contextfold.v1.MemoryService", {"AddMemories": method}),)
+        )
+        server.add_insecure_port(f"unix:{tmp_path / 'bulk.sock'}")
+        await server.start()
+        lane, absent = (
+            BulkLane([str(tmp_path / "bulk.sock")], 4 << 20),
+            BulkLane([str(tmp_path / "none.sock")], 4 << 20),
+        )
+        try:
+            with pytest.raises(Relayed) as relayed:
+                await lane.unary("/contextfold.v1.MemoryService/AddMemories", b"", 5)
+            with pytest.raises(Unavailable) as unavailable:
+                await absent.unary("/contextfold.v1.MemoryService/AddMemories", b"", 0.5)
+            return relayed.value, unavailable.value
+        finally:
+            await lane.close()
+            await absent.close()
+            await server.stop(None)
+
+    relayed, unavailable = asyncio.run(forwarded())
+    assert relayed.code is grpc.StatusCode.INTERNAL, relayed.code
+    assert relayed.details == "internal error; the server log has the details"
+    assert "BULK_WORKER_UNAVAILABLE" in str(unavailable.details())

@@ -239,9 +239,11 @@ async def _served(method: str, context: grpc.aio.ServicerContext) -> AsyncIterat
     except (grpc.aio.AbortError, GeneratorExit, asyncio.CancelledError):
         raise
     except Exception:
-        # A bug: logged here with its trace, and the caller told nothing of it.
+        # A bug: logged here with its trace, and the caller told nothing of it but that it is one. Sent with
+        # its details, as every status of the bulk worker's own is, so the worker relays INTERNAL as it is
+        # (a status without them is the hop's failure, which the worker reports as UNAVAILABLE, retry).
         logger.exception("method=<%s> request_id=<%s> | unexpected error", method, call.request_id)
-        await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
+        await abort_with(context, ServiceError("internal error; the server log has the details"))
     finally:
         CALL.reset(call_token)
         CALL_POSITION.reset(position_token)
