@@ -40,7 +40,8 @@ from contextfold_server.engine.weighing import (
     UNKNOWN_NAMES,
     WEIGHTS_FILE,
     Weighing,
-    near_copy,
+    content_words,
+    words_copy,
 )
 
 from bench import RESULTS, locomo
@@ -96,9 +97,10 @@ class Question:
     @functools.cached_property
     def copies(self) -> list[set[int]]:
         """For each candidate, the others it is a near-copy of (`near_copy`), by position."""
+        words = [content_words(c.content) for c in self.candidates]
         return [
-            {j for j, other in enumerate(self.candidates) if j != i and near_copy(c.content, [other.content])}
-            for i, c in enumerate(self.candidates)
+            {j for j, theirs in enumerate(words) if j != i and words_copy(mine, [theirs])}
+            for i, mine in enumerate(words)
         ]
 
 

@@ -287,11 +287,16 @@ def names_in(text: str) -> tuple[str, ...]:
 def near_copy(content: str, better: Iterable[str], threshold: float = 0.9) -> bool:
     """Whether `content` says what one of `better` says: their words (lower-cased) overlap by at least
     `threshold` of both together (Jaccard). A near-copy adds nothing the model does not already have."""
-    words = set(_WORD.findall(content.lower()))
+    return words_copy(content_words(content), map(content_words, better), threshold)
+
+
+def content_words(content: str) -> frozenset[str]:
+    """A text's words, lower-cased, as `near_copy` compares them: read once for a text compared often."""
+    return frozenset(_WORD.findall(content.lower()))
+
+
+def words_copy(words: frozenset[str], better: Iterable[frozenset[str]], threshold: float = 0.9) -> bool:
+    """`near_copy` of texts already read into their words (`content_words`)."""
     if not words:
         return False
-    for other in better:
-        theirs = set(_WORD.findall(other.lower()))
-        if theirs and len(words & theirs) / len(words | theirs) >= threshold:
-            return True
-    return False
+    return any(theirs and len(words & theirs) / len(words | theirs) >= threshold for theirs in better)

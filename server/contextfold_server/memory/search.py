@@ -21,11 +21,12 @@ from ..engine.weighing import (
     UNKNOWN_NAMES,
     Asked,
     Weighing,
+    content_words,
     default_weighing,
     entry_date,
-    near_copy,
     on_a_date,
     speaker_named,
+    words_copy,
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
@@ -426,9 +427,11 @@ def _left_out_of(
 ) -> dict[str, tuple[Verdict, str]]:
     """The candidates of `order` (best first) the ranking leaves out, each with its verdict and why:
     with `gate`, those not relevant enough by their `gate_scores` (every one, to say why); among the
-    best `limit` kept, a near-copy of a better one (`near_copy`)."""
+    best `limit` kept, a near-copy of a better one (`weighing.near_copy`)."""
     left_out: dict[str, tuple[Verdict, str]] = {}
     kept: list[Candidate] = []
+    # Each kept entry's words, read once: every later candidate is compared with every one kept.
+    kept_words: list[frozenset[str]] = []
     for candidate in order:
         score = gate_scores.get(candidate.id, candidate.score)
         if gate is not None and not gate.relevant(score, unknown_names):
@@ -442,11 +445,13 @@ def _left_out_of(
                 f"relevance {score:.2f}{named} is under the threshold {gate.threshold:.2f}",
             )
         elif len(kept) < limit:
-            copied = next((k for k in kept if near_copy(candidate.content, [k.content])), None)
+            words = content_words(candidate.content)
+            copied = next((k for k, theirs in zip(kept, kept_words, strict=True) if words_copy(words, [theirs])), None)
             if copied is not None:
                 left_out[candidate.id] = (Verdict.NEAR_COPY, f"says what {copied.id} says")
             else:
                 kept.append(candidate)
+                kept_words.append(words)
     return left_out
 
 
