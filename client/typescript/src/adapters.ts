@@ -2,6 +2,7 @@
  * What the framework adapters share: settings checked up front, failing open with one warning an
  * outage, and injection for frameworks that keep nothing of what the model saw (`Remembering`).
  */
+import { createHash } from "node:crypto";
 import type { JsonValue } from "@bufbuild/protobuf";
 import { ContextfoldClient, injectRequest, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
 import type { BlockData, InjectedBlockData, MessageData } from "./convert.js";
@@ -156,16 +157,18 @@ export class Remembering<M, C> {
     const scope = perCall(this.scope, context) ?? {};
     const converted = this.dialect.converted(messages);
     const sent: MessageData[] = [];
-    const own: MessageData[] = [];
     const keys = new Map<number, string>();
     const shown = [...messages];
+    // The conversation hashed as it is read: each ask's key is the hash so far (a copy), so a long
+    // conversation is hashed once, not once for each of its asks.
+    const hash = createHash("sha256").update(canonicalJson(scope as unknown as JsonValue));
     for (const [index, message] of converted) {
       const replayed = message.content.map((block) => this.earlier(block));
       const mine = { ...message, content: message.content.filter((_, at) => replayed[at] === undefined) };
-      own.push(mine);
+      hash.update("\n").update(canonicalJson(mine as unknown as JsonValue));
       let injected = replayed.filter((block): block is InjectedBlockData => block !== undefined);
       if (this.dialect.asks(mine, messages[index])) {
-        const key = await sha256(canonicalJson([scope, own] as unknown as JsonValue));
+        const key = hash.copy().digest("hex");
         keys.set(index, key);
         const blocks = this.remembered.get(key) ?? [];
         const carried = new Set(injected.map((block) => block.text));
