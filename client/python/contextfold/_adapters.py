@@ -117,12 +117,12 @@ class Dialect(Generic[Message]):
     """How a framework's messages read: as contextfold's conversation (`converted`: each message kept
     with its index), whether one is a person's ask (`asks`, given the converted message and the
     framework's), the framework's message with text after its content (`with_text`), and the bytes
-    that identify the messages up to one (`identity`)."""
+    that identify one message (`identity`)."""
 
     converted: Callable[[Sequence[Message]], list[tuple[int, dict[str, Any]]]]
     asks: Callable[[dict[str, Any], Message], bool]
     with_text: Callable[[Message, Sequence[str]], Message]
-    identity: Callable[[Sequence[Message]], bytes]
+    identity: Callable[[Message], bytes]
 
 
 @dataclass
@@ -186,11 +186,17 @@ class Remembering(Generic[Message]):
     def _prepare(self, messages: list[Message], context: Any) -> Fold[Message]:
         scope = per_call(self._scope, context)
         converted = self._dialect.converted(messages)
-        keys = {
-            index: self._key(scope, messages[: index + 1])
-            for index, message in converted
-            if self._dialect.asks(message, messages[index])
-        }
+        # The conversation hashed as it is read: each ask's key is the hash so far (a copy), so a long
+        # conversation is hashed once a call, not once for each of its asks.
+        hashed = hashlib.sha256(json.dumps(scope, sort_keys=True, default=repr).encode() + b"\0")
+        read = 0
+        keys = {}
+        for index, message in converted:
+            for earlier in messages[read : index + 1]:
+                hashed.update(self._dialect.identity(earlier) + b"\n")
+            read = index + 1
+            if self._dialect.asks(message, messages[index]):
+                keys[index] = hashed.copy().hexdigest()
         shown = list(messages)
         sent = []
         for index, message in converted:
@@ -214,11 +220,6 @@ class Remembering(Generic[Message]):
         while len(self._remembered) > self._most:
             self._remembered.popitem(last=False)
         fold.shown[fold.latest] = self._dialect.with_text(fold.shown[fold.latest], [block["text"] for block in added])
-
-    def _key(self, scope: Any, messages: Sequence[Message]) -> str:
-        """An ask's key: two conversations share one only where they are the same, and one user's."""
-        named = json.dumps(scope, sort_keys=True, default=repr).encode()
-        return hashlib.sha256(named + b"\0" + self._dialect.identity(messages)).hexdigest()
 
     async def close(self) -> None:
         await self._clients.close()

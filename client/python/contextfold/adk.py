@@ -102,8 +102,8 @@ def _with_text(content: types.Content, texts: Sequence[str]) -> types.Content:
     return content.model_copy(update={"parts": [*(content.parts or ()), *(types.Part(text=text) for text in texts)]})
 
 
-def _identity(contents: Sequence[types.Content]) -> bytes:
-    return json.dumps([c.model_dump(mode="json", exclude_none=True) for c in contents], sort_keys=True).encode()
+def _identity(content: types.Content) -> bytes:
+    return json.dumps(content.model_dump(mode="json", exclude_none=True), sort_keys=True).encode()
 
 
 _DIALECT: Dialect[types.Content] = Dialect(contextfold_messages, _asks, _with_text, _identity)

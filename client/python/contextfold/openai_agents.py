@@ -139,5 +139,5 @@ _DIALECT: Dialect[Any] = Dialect(
     contextfold_messages,
     _asks,
     _with_text,
-    lambda items: json.dumps(list(items), sort_keys=True, default=repr).encode(),
+    lambda item: json.dumps(item, sort_keys=True, default=repr).encode(),
 )

@@ -159,5 +159,5 @@ _DIALECT: Dialect[ModelMessage] = Dialect(
     contextfold_messages,
     lambda converted, message: _asks(message),
     _shown_with,
-    lambda messages: ModelMessagesTypeAdapter.dump_json(list(messages)),
+    lambda message: ModelMessagesTypeAdapter.dump_json([message]),
 )
