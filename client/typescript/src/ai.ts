@@ -22,11 +22,12 @@
  *   as the SDK built it, one warning until a call goes through again.
  *
  * `scope` and `stores` may be functions of the call's options, so one model serves many users:
- * `scope: (call) => call.providerOptions?.contextfold` with `generateText({ …, providerOptions:
- * { contextfold: { userId: "ana" } } })`.
+ * `scope: scopeFromProviderOptions()` with `generateText({ …, providerOptions: { contextfold:
+ * { userId: "ana" } } })`.
  */
 import type { LanguageModelMiddleware } from "ai";
 import { Remembering, type AdapterOptions, type Dialect } from "./adapters.js";
+import type { ScopeData } from "./client.js";
 import { dumps, type BlockData, type MessageData } from "./convert.js";
 
 type TransformParams = NonNullable<LanguageModelMiddleware["transformParams"]>;
@@ -93,6 +94,23 @@ const DIALECT: Dialect<PromptMessage> = {
       content: [...(message.content as unknown as readonly Part[]), ...texts.map((text) => ({ type: "text", text }))],
     }) as PromptMessage,
 };
+
+/**
+ * A `scope` read from each call's provider options under `key` (default `"contextfold"`): its
+ * `userId`, `agentId` and `sessionId`, those that are text. Providers read only their own key there,
+ * so `generateText({ …, providerOptions: { contextfold: { userId: "ana" } } })` reaches the model as it was.
+ */
+export function scopeFromProviderOptions(key = "contextfold"): (call: CallOptions) => ScopeData | undefined {
+  return (call) => {
+    const given = call.providerOptions?.[key];
+    if (given === undefined) return undefined;
+    const scope: ScopeData = {};
+    for (const field of ["userId", "agentId", "sessionId"] as const) {
+      if (typeof given[field] === "string") scope[field] = given[field];
+    }
+    return scope;
+  };
+}
 
 /** The middleware, with `close()` for the client it made (a client passed in is the caller's to close). */
 export type ContextfoldMiddleware = LanguageModelMiddleware & { close(): void };

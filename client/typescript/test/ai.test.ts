@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { generateText, stepCountIs, tool, wrapLanguageModel, type ModelMessage } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
-import { contextfoldMiddleware, type ContextfoldMiddlewareOptions } from "../src/ai.js";
+import { contextfoldMiddleware, scopeFromProviderOptions, type ContextfoldMiddlewareOptions } from "../src/ai.js";
 import { address, closedPort, petsAndTeaStore, Reports, Warnings } from "./support.js";
 
 type Prompt = Array<{ role: string; content: unknown }>;
@@ -114,7 +114,7 @@ test("an outage changes nothing and warns once", async () => {
 
 test("two users each see their own memory, told apart by the call's provider options", async () => {
   const { model, prompts } = scripted("a", "b");
-  const middleware = injecting({ scope: (call) => call.providerOptions?.contextfold as { userId: string } | undefined });
+  const middleware = injecting({ scope: scopeFromProviderOptions() });
   const wrapped = wrapLanguageModel({ model, middleware });
   for (const userId of ["ana", "bob"]) {
     await generateText({ model: wrapped, prompt: "What are my pets called?", providerOptions: { contextfold: { userId } } });
