@@ -124,6 +124,27 @@ async def later_turn() -> dict[str, Any]:
     return {"reports": reports, "asked": user_texts(model.received[1])}
 
 
+async def another_process() -> dict[str, Any]:
+    """Two turns of one session, each through a plugin and a runner of its own (as two processes would be),
+    the session kept by the session service between them."""
+    sessions = InMemorySessionService()
+    await sessions.create_session(app_name="checks", user_id="ana", session_id="s1")
+    model = Scripted(model="scripted", replies=["Green tea.", "Miso."])
+    reports = []
+    for text in ("What does Ana drink?", "What does Ana drink, and her cat?"):
+        turn = Reports()
+        plugin = injecting(turn, max_entries=1)
+        runner = Runner(
+            agent=LlmAgent(name="assistant", model=model), app_name="checks", session_service=sessions, plugins=[plugin]
+        )
+        await ask(runner, "ana", "s1", text)
+        await plugin.close()
+        reports += turn
+    session = await sessions.get_session(app_name="checks", user_id="ana", session_id="s1")
+    assert session is not None
+    return {"reports": reports, "asked": user_texts(model.received[1]), "state": sorted(session.state)}
+
+
 async def outage() -> dict[str, Any]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -191,7 +212,7 @@ async def memory_service() -> dict[str, Any]:
 
 
 async def main() -> None:
-    checks = [block, tool_loop, later_turn, outage, two_users, memory_service]
+    checks = [block, tool_loop, later_turn, another_process, outage, two_users, memory_service]
     print(json.dumps({check.__name__: await check() for check in checks}))
 
 

@@ -67,6 +67,15 @@ def test_a_later_turn_gets_new_entries_only_and_the_earlier_block_is_shown_again
     assert "Ana's cat is called Miso" in latest and "green tea" not in latest.split("<memory>")[1]
 
 
+def test_a_later_turn_through_another_plugin_and_runner_gets_new_entries_only_from_the_sessions_state(seen) -> None:
+    store = seen["store"]
+    assert seen["another_process"]["reports"] == [[f"{store}-tea"], [f"{store}-cat"]]
+    earlier, latest = seen["another_process"]["asked"]
+    assert "Ana drinks green tea every morning" in earlier, "the first turn's block, shown again from the state"
+    assert "Ana's cat is called Miso" in latest and "green tea" not in latest.split("<memory>")[1]
+    assert seen["another_process"]["state"] == ["contextfold:contextfold"]
+
+
 def test_an_outage_changes_nothing_and_warns_once(seen) -> None:
     assert seen["outage"] == {"asked": [["What time is it?"], ["What time is it?"]], "warnings": 1}
 

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -172,18 +172,22 @@ class Remembering(Generic[Message]):
         self._remembered: collections.OrderedDict[str, Blocks] = collections.OrderedDict()
         self._failing_open = FailingOpen(log, "the model sees the messages as they were").attempt
 
-    async def fold(self, messages: list[Message], context: Any) -> list[Message]:
+    async def fold(
+        self, messages: list[Message], context: Any, kept: MutableMapping[str, Blocks] | None = None
+    ) -> list[Message]:
         """The messages the model gets: with what was remembered shown again, and a new ask injected into;
-        as they were when anything fails (said once)."""
+        as they were when anything fails (said once). With `kept` (a framework's state that outlives the
+        process, each ask's blocks by its key, oldest first), what is remembered is kept there instead."""
+        remembered = self._remembered if kept is None else kept
         folded = messages
         with self._failing_open():
-            fold = self._prepare(messages, context)
+            fold = self._prepare(messages, context, remembered)
             folded = fold.shown
-            if fold.latest is not None and fold.keys[fold.latest] not in self._remembered:
-                await self._ask(fold)
+            if fold.latest is not None and fold.keys[fold.latest] not in remembered:
+                await self._ask(fold, remembered)
         return folded
 
-    def _prepare(self, messages: list[Message], context: Any) -> Fold[Message]:
+    def _prepare(self, messages: list[Message], context: Any, remembered: Mapping[str, Blocks]) -> Fold[Message]:
         scope = per_call(self._scope, context)
         converted = self._dialect.converted(messages)
         # The conversation hashed as it is read: each ask's key is the hash so far (a copy), so a long
@@ -200,7 +204,7 @@ class Remembering(Generic[Message]):
         shown = list(messages)
         sent = []
         for index, message in converted:
-            blocks = self._remembered.get(keys.get(index, ""), [])
+            blocks = remembered.get(keys.get(index, ""), [])
             sent.append({**message, "content": [*message["content"], *({"injected": b} for b in blocks)]})
             if blocks:
                 shown[index] = self._dialect.with_text(messages[index], [block["text"] for block in blocks])
@@ -209,16 +213,16 @@ class Remembering(Generic[Message]):
         positions = [index for index, _ in converted]
         return Fold(sent, positions, shown, keys, max(keys) if keys else None, options)
 
-    async def _ask(self, fold: Fold[Message]) -> None:
+    async def _ask(self, fold: Fold[Message], remembered: MutableMapping[str, Blocks]) -> None:
         """Inject into the latest ask, showing and remembering what it adds (nothing: asked)."""
         assert fold.latest is not None
         result = await self._clients.get().inject(fold.sent, **fold.options)
         added = added_blocks(result, fold.sent, fold.positions, fold.latest, self._on_report)
         key = fold.keys[fold.latest]
-        self._remembered[key] = added
-        self._remembered.move_to_end(key)
-        while len(self._remembered) > self._most:
-            self._remembered.popitem(last=False)
+        remembered.pop(key, None)
+        remembered[key] = added  # the newest last
+        for oldest in list(remembered)[: max(0, len(remembered) - self._most)]:
+            del remembered[oldest]
         fold.shown[fold.latest] = self._dialect.with_text(fold.shown[fold.latest], [block["text"] for block in added])
 
     async def close(self) -> None:

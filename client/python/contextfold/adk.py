@@ -18,12 +18,13 @@ events stay as the user and the tools wrote them.
 
 - **Whose memory.** By default the session's user (`{"user_id": callback_context.user_id}`);
   `scope` and `stores` may be values, or functions of the `CallbackContext`.
-- **One search a user turn, new entries only across turns.** What was injected is remembered
-  by the plugin for each user message, under the hash of the scope and of the contents up to and
-  including it: the later calls of a tool loop show the block again without a call, and a later
-  turn (whose request replays the session) shows the earlier blocks again and sends them back as
-  the `InjectedBlock`s they were (the newest `remembered` user messages, 10,000 by default, in
-  the plugin's process).
+- **One search a user turn, new entries only across turns.** What was injected is kept in the
+  session's state (`contextfold:<plugin name>`, which the session service stores with the session)
+  for each user message, under the hash of the scope and of the contents up to and including it:
+  the later calls of a tool loop show the block again without a call, and a later turn (whose
+  request replays the session), in this process or another, shows the earlier blocks again and
+  sends them back as the `InjectedBlock`s they were (the newest `remembered` user messages of a
+  session, 10,000 by default).
 - **Fails open.** The service down or slower than `timeout` (0.2 s by default): the request goes
   as ADK built it, one warning until a call goes through again.
 
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
+
+# The session state's key (with the plugin's name after it) under which what was injected is kept.
+STATE_KEY = "contextfold"
 
 
 def contextfold_messages(contents: Sequence[types.Content]) -> list[tuple[int, dict[str, Any]]]:
@@ -144,7 +148,14 @@ class ContextfoldPlugin(BasePlugin):
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
-        llm_request.contents = await self._injection.fold(list(llm_request.contents), callback_context)
+        # What was injected lives in the session's state (the session service keeps it), under the plugin's
+        # name: a later turn, in this process or another, sends it back and gets new entries only.
+        key = f"{STATE_KEY}:{self.name}"
+        kept = dict(callback_context.state.get(key) or {})
+        before = dict(kept)
+        llm_request.contents = await self._injection.fold(list(llm_request.contents), callback_context, kept)
+        if kept != before:
+            callback_context.state[key] = kept  # assigned whole: ADK records a key set, not a value changed
         return None
 
     async def close(self) -> None:
