@@ -177,17 +177,22 @@ class Remembering(Generic[Message]):
     ) -> list[Message]:
         """The messages the model gets: with what was remembered shown again, and a new ask injected into;
         as they were when anything fails (said once). With `kept` (a framework's state that outlives the
-        process, each ask's blocks by its key, oldest first), what is remembered is kept there instead."""
-        remembered = self._remembered if kept is None else kept
+        process, each ask's blocks by its key, oldest first), what is remembered is kept there too, and
+        found there first."""
         folded = messages
         with self._failing_open():
-            fold = self._prepare(messages, context, remembered)
+            fold = self._prepare(messages, context, kept)
             folded = fold.shown
-            if fold.latest is not None and fold.keys[fold.latest] not in remembered:
-                await self._ask(fold, remembered)
+            if fold.latest is not None and self._find(fold.keys[fold.latest], kept) is None:
+                await self._ask(fold, kept)
         return folded
 
-    def _prepare(self, messages: list[Message], context: Any, remembered: Mapping[str, Blocks]) -> Fold[Message]:
+    def _find(self, key: str, kept: Mapping[str, Blocks] | None) -> Blocks | None:
+        """An ask's blocks: kept in the framework's state, else in this process."""
+        found = None if kept is None else kept.get(key)
+        return self._remembered.get(key) if found is None else found
+
+    def _prepare(self, messages: list[Message], context: Any, kept: Mapping[str, Blocks] | None) -> Fold[Message]:
         scope = per_call(self._scope, context)
         converted = self._dialect.converted(messages)
         # The conversation hashed as it is read: each ask's key is the hash so far (a copy), so a long
@@ -204,7 +209,7 @@ class Remembering(Generic[Message]):
         shown = list(messages)
         sent = []
         for index, message in converted:
-            blocks = remembered.get(keys.get(index, ""), [])
+            blocks = self._find(keys.get(index, ""), kept) or []
             sent.append({**message, "content": [*message["content"], *({"injected": b} for b in blocks)]})
             if blocks:
                 shown[index] = self._dialect.with_text(messages[index], [block["text"] for block in blocks])
@@ -213,16 +218,17 @@ class Remembering(Generic[Message]):
         positions = [index for index, _ in converted]
         return Fold(sent, positions, shown, keys, max(keys) if keys else None, options)
 
-    async def _ask(self, fold: Fold[Message], remembered: MutableMapping[str, Blocks]) -> None:
+    async def _ask(self, fold: Fold[Message], kept: MutableMapping[str, Blocks] | None) -> None:
         """Inject into the latest ask, showing and remembering what it adds (nothing: asked)."""
         assert fold.latest is not None
         result = await self._clients.get().inject(fold.sent, **fold.options)
         added = added_blocks(result, fold.sent, fold.positions, fold.latest, self._on_report)
         key = fold.keys[fold.latest]
-        remembered.pop(key, None)
-        remembered[key] = added  # the newest last
-        for oldest in list(remembered)[: max(0, len(remembered) - self._most)]:
-            del remembered[oldest]
+        for remembered in (self._remembered, *(() if kept is None else (kept,))):
+            remembered.pop(key, None)
+            remembered[key] = added  # the newest last
+            for oldest in list(remembered)[: max(0, len(remembered) - self._most)]:
+                del remembered[oldest]
         fold.shown[fold.latest] = self._dialect.with_text(fold.shown[fold.latest], [block["text"] for block in added])
 
     async def close(self) -> None:

@@ -119,13 +119,13 @@ export class Remembering<M, C> {
    * The messages the model gets: what was remembered shown again, the latest ask injected into;
    * as they were when anything fails (said once, until a call goes through again).
    */
-  async fold(messages: readonly M[], context: C): Promise<M[]> {
+  async fold(messages: readonly M[], context: C, kept?: Kept): Promise<M[]> {
     let shown = [...messages];
     try {
-      const fold = await this.prepare(messages, context);
+      const fold = await this.prepare(messages, context, kept);
       shown = fold.shown;
-      if (fold.latest !== undefined && !this.remembered.has(fold.keys.get(fold.latest)!)) {
-        await this.ask(fold);
+      if (fold.latest !== undefined && this.find(fold.keys.get(fold.latest)!, kept) === undefined) {
+        await this.ask(fold, kept);
       }
       if (this.failing) {
         this.failing = false;
@@ -153,7 +153,7 @@ export class Remembering<M, C> {
     return this.texts.get(block.text) ?? (REGION.test(block.text) ? { source: "memory", text: block.text, entryIds: [] } : undefined);
   }
 
-  private async prepare(messages: readonly M[], context: C): Promise<Fold<M>> {
+  private async prepare(messages: readonly M[], context: C, kept: Kept | undefined): Promise<Fold<M>> {
     const scope = perCall(this.scope, context) ?? {};
     const converted = this.dialect.converted(messages);
     const sent: MessageData[] = [];
@@ -170,7 +170,7 @@ export class Remembering<M, C> {
       if (this.dialect.asks(mine, messages[index])) {
         const key = hash.copy().digest("hex");
         keys.set(index, key);
-        const blocks = this.remembered.get(key) ?? [];
+        const blocks = this.find(key, kept) ?? [];
         const carried = new Set(injected.map((block) => block.text));
         const missing = blocks.filter((block) => !carried.has(block.text));
         if (missing.length > 0) shown[index] = this.dialect.withText(messages[index], missing.map((block) => block.text));
@@ -185,7 +185,7 @@ export class Remembering<M, C> {
   }
 
   /** Inject into the latest ask, showing and remembering what it adds (nothing: asked). */
-  private async ask(fold: Fold<M>): Promise<void> {
+  private async ask(fold: Fold<M>, kept: Kept | undefined): Promise<void> {
     const latest = fold.latest!;
     const result = await this.client.inject(fold.sent, fold.options, { timeoutMs: this.timeoutMs });
     try {
@@ -200,20 +200,45 @@ export class Remembering<M, C> {
             .slice(fold.sent[index].content.length)
             .flatMap((block) => (block.injected === undefined ? [] : [block.injected as unknown as InjectedBlockData]))
         : [];
-    this.remember(fold.keys.get(latest)!, added);
+    for (const block of added) this.texts.set(block.text, block);
+    this.remember(this.remembered, fold.keys.get(latest)!, added);
+    if (kept !== undefined) this.remember(kept, fold.keys.get(latest)!, added);
     if (added.length > 0) fold.shown[latest] = this.dialect.withText(fold.shown[latest], added.map((block) => block.text));
   }
 
-  private remember(key: string, blocks: InjectedBlockData[]): void {
-    this.remembered.delete(key);
-    this.remembered.set(key, blocks);
-    for (const block of blocks) this.texts.set(block.text, block);
-    while (this.remembered.size > this.most) {
-      const [oldest, dropped] = this.remembered.entries().next().value as [string, InjectedBlockData[]];
-      this.remembered.delete(oldest);
+  /** An ask's blocks: kept in the framework's state, else in this process. */
+  private find(key: string, kept: Kept | undefined): InjectedBlockData[] | undefined {
+    return (kept === undefined ? undefined : lookup(kept, key)) ?? this.remembered.get(key);
+  }
+
+  private remember(remembered: Kept, key: string, blocks: InjectedBlockData[]): void {
+    if (remembered instanceof Map) {
+      remembered.delete(key);
+      remembered.set(key, blocks);
+    } else {
+      delete remembered[key];
+      remembered[key] = blocks; // the newest last: string keys keep their insertion order
+    }
+    const keys = remembered instanceof Map ? [...remembered.keys()] : Object.keys(remembered);
+    for (const oldest of keys.slice(0, Math.max(0, keys.length - this.most))) {
+      const dropped = lookup(remembered, oldest) ?? [];
+      if (remembered instanceof Map) remembered.delete(oldest);
+      else delete remembered[oldest];
+      if (remembered !== this.remembered) continue; // the process's own texts go with the process's own blocks
       for (const block of dropped) if (this.texts.get(block.text) === block) this.texts.delete(block.text);
     }
   }
+}
+
+/**
+ * What is remembered: each ask's blocks by its key, oldest first. The adapter's own (a `Map`), or a
+ * framework's state that outlives the process (a plain object, which the adapter changes in place).
+ */
+export type Kept = Map<string, InjectedBlockData[]> | Record<string, InjectedBlockData[]>;
+
+function lookup(kept: Kept, key: string): InjectedBlockData[] | undefined {
+  if (kept instanceof Map) return kept.get(key);
+  return Object.hasOwn(kept, key) ? kept[key] : undefined;
 }
 
 /**

@@ -12,21 +12,24 @@
  * after the latest human message's text (the last `HumanMessage`, not a tool result). Only the
  * model's request changes: the graph's `messages` stay as the user and the tools wrote them.
  *
- * - One search a user turn: what was injected is remembered by the middleware for each human
- *   message, under the hash of the scope and of the conversation up to and including it, so the
- *   steps of a tool loop that follow show the block again without a call.
- * - Across turns: a later invocation replaying the thread (a checkpointer, or the messages
- *   passed again) shows the earlier blocks again and sends them back as the `InjectedBlock`s they
- *   were, so it brings new entries only.
+ * - One search a user turn: what was injected is kept in the graph's state (`contextfold`: for
+ *   each human message, under the hash of the scope and of the conversation up to and including
+ *   it, the blocks folded into it), so the steps of a tool loop that follow show the block again
+ *   without a call.
+ * - Across turns: a later invocation of the thread (with a checkpointer, in this process or
+ *   another) shows the earlier blocks again and sends them back as the `InjectedBlock`s they were,
+ *   so it brings new entries only.
  * - Fails open: the service down or slower than `timeoutMs` (200 by default) leaves the model's
  *   input as the agent built it, one warning until a call goes through again.
  *
  * `scope` and `stores` may be functions of the run's context (what `agent.invoke(input,
  * { context })` was given), so one agent serves many users.
  */
+import { Command } from "@langchain/langgraph";
 import { AIMessage, createMiddleware, HumanMessage, ToolMessage, type BaseMessage } from "langchain";
+import { z } from "zod";
 import { Remembering, type AdapterOptions, type Dialect } from "./adapters.js";
-import { dumps, type BlockData, type MessageData } from "./convert.js";
+import { dumps, type BlockData, type InjectedBlockData, type MessageData } from "./convert.js";
 
 /** The settings; `scope` and `stores` may be functions of the run's context (`runtime.context`). */
 export type ContextfoldMiddlewareOptions = AdapterOptions<unknown>;
@@ -80,13 +83,30 @@ const DIALECT: Dialect<BaseMessage> = {
   withText,
 };
 
+/** The graph state's key under which what was injected is kept: `{ [middleware name]: { [ask's key]: [block] } }`. */
+export const STATE_KEY = "contextfold";
+
+type Ledger = Record<string, Record<string, InjectedBlockData[]>>;
+
 /** A `createAgent` middleware folding contextfold's injection into every model call; see the module's docs. */
-export function contextfoldMiddleware(options: ContextfoldMiddlewareOptions = {}) {
-  const injection = new Remembering(DIALECT, "contextfoldMiddleware", options);
+export function contextfoldMiddleware(options: ContextfoldMiddlewareOptions & { name?: string } = {}) {
+  const { name = "ContextfoldMiddleware", ...settings } = options;
+  const injection = new Remembering(DIALECT, "contextfoldMiddleware", settings);
   const middleware = createMiddleware({
-    name: "ContextfoldMiddleware",
-    wrapModelCall: async (request, handler) =>
-      handler({ ...request, messages: await injection.fold(request.messages, request.runtime.context) }),
+    name,
+    stateSchema: z.object({ [STATE_KEY]: z.record(z.string(), z.record(z.string(), z.array(z.any()))).optional() }),
+    wrapModelCall: async (request, handler) => {
+      const ledger = ((request.state as { [STATE_KEY]?: Ledger })[STATE_KEY] ?? {}) as Ledger;
+      const kept = { ...(ledger[name] ?? {}) };
+      const before = Object.keys(kept).length;
+      const messages = await injection.fold(request.messages, request.runtime.context, kept);
+      const answer = await handler({ ...request, messages });
+      // A new ask's blocks (or that it was asked) go into the graph's state with the model's answer.
+      if (Object.keys(kept).length === before && Object.keys(kept).every((key) => ledger[name]?.[key] !== undefined)) {
+        return answer;
+      }
+      return new Command({ update: { [STATE_KEY]: { ...ledger, [name]: kept } } });
+    },
   });
   /** Close the client this middleware made (a client passed in is the caller's to close). */
   return Object.assign(middleware, { close: () => injection.close() });

@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { fakeModel, type FakeBuiltModel } from "@langchain/core/testing";
+import { MemorySaver } from "@langchain/langgraph";
 import { AIMessage, createAgent, HumanMessage, tool, type BaseMessage } from "langchain";
 import { z } from "zod";
 import { contextfoldMiddleware, type ContextfoldMiddlewareOptions } from "../src/langchain.js";
@@ -67,6 +68,28 @@ test("a later turn gets new entries only and the earlier block is shown again", 
   const [earlier, latest] = received(model)[1];
   assert.ok(earlier.includes("Ana drinks green tea every morning"), "the first turn's block, shown again");
   assert.ok(latest.includes("Ana's cat is called Miso") && !latest.split("<memory>")[1].includes("green tea"), latest);
+});
+
+test("a later turn of a thread, served by another middleware and agent, gets new entries only from the graph's state", async () => {
+  const reports = new Reports();
+  const checkpointer = new MemorySaver();
+  const model = fakeModel().respond(new AIMessage("Green tea.")).respond(new AIMessage("Miso."));
+  const thread = { configurable: { thread_id: "ana-1" } };
+  for (const ask of ["What does Ana drink?", "What does Ana drink, and her cat?"]) {
+    // A middleware and an agent of their own each turn, as another process would have: only the thread is shared.
+    const middleware = injecting({ maxEntries: 1, scope: { userId: "ana" }, onReport: reports.add });
+    const agent = createAgent({ model, tools: [], middleware: [middleware], checkpointer });
+    await agent.invoke({ messages: [new HumanMessage(ask)] }, thread);
+    middleware.close();
+  }
+  assert.deepEqual(reports.entries(0), [`${pets.name}-tea`]);
+  assert.deepEqual(reports.entries(1), [`${pets.name}-cat`], "the tea, shown already, is not injected again");
+  const [earlier, latest] = received(model)[1];
+  assert.ok(earlier.includes("Ana drinks green tea every morning"), "the first turn's block, shown again from the state");
+  assert.ok(latest.includes("Ana's cat is called Miso") && !latest.split("<memory>")[1].includes("green tea"), latest);
+  const saved = await checkpointer.getTuple(thread);
+  const values = saved?.checkpoint.channel_values as { contextfold?: object } | undefined;
+  assert.deepEqual(Object.keys(values?.contextfold ?? {}), ["ContextfoldMiddleware"]);
 });
 
 test("an outage changes nothing and warns once", async () => {
