@@ -125,6 +125,7 @@ def test_update_versions_and_erase_from_the_command_line(server) -> None:
         run_cli(server, "memory", "add", "--store", store, "Lives in Denver", "--user-id", "u9").stdout
     )
     updated = run_cli(server, "memory", "update", added["id"], "--content", "Lives in Lisbon", "--etag", added["etag"])
+    assert updated.returncode == 0, updated.stderr
     assert json.loads(updated.stdout)["content"] == "Lives in Lisbon", updated.stderr
     stale = run_cli(server, "memory", "update", added["id"], "--content", "Lives in Oslo", "--etag", added["etag"])
     assert stale.returncode == 1 and "ABORTED" in stale.stderr
