@@ -227,8 +227,8 @@ class Remembering(Generic[Message]):
         for remembered in (self._remembered, *(() if kept is None else (kept,))):
             remembered.pop(key, None)
             remembered[key] = added  # the newest last
-            for oldest in list(remembered)[: max(0, len(remembered) - self._most)]:
-                del remembered[oldest]
+            while len(remembered) > self._most:
+                del remembered[next(iter(remembered))]
         fold.shown[fold.latest] = self._dialect.with_text(fold.shown[fold.latest], [block["text"] for block in added])
 
     async def close(self) -> None:

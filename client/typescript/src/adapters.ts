@@ -5,12 +5,25 @@
 import { createHash } from "node:crypto";
 import type { JsonValue } from "@bufbuild/protobuf";
 import { ContextfoldClient, injectRequest, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
-import type { BlockData, InjectedBlockData, MessageData } from "./convert.js";
+import { dumps, type BlockData, type InjectedBlockData, type MessageData } from "./convert.js";
 import type { InjectionReport } from "./gen/contextfold/v1/injection_pb.js";
 
 /** Where warnings go; `console` unless given. */
 export interface Warn {
   warn(message: string): void;
+}
+
+/**
+ * A tool call's input as contextfold's `toolUse` holds it: JSON text parsed (text that is not JSON kept
+ * under `key`), any other value as JSON data.
+ */
+export function toolInput(input: unknown, key: string): BlockData[string] {
+  if (typeof input !== "string") return JSON.parse(dumps(input ?? {})) as BlockData[string];
+  try {
+    return JSON.parse(input) as BlockData[string];
+  } catch {
+    return { [key]: input };
+  }
 }
 
 /** A setting given as it is, or derived at each call from the framework's per-call value. */
@@ -219,14 +232,17 @@ export class Remembering<M, C> {
       delete remembered[key];
       remembered[key] = blocks; // the newest last: string keys keep their insertion order
     }
-    const keys = remembered instanceof Map ? [...remembered.keys()] : Object.keys(remembered);
-    for (const oldest of keys.slice(0, Math.max(0, keys.length - this.most))) {
-      const dropped = lookup(remembered, oldest) ?? [];
-      if (remembered instanceof Map) remembered.delete(oldest);
-      else delete remembered[oldest];
-      if (remembered !== this.remembered) continue; // the process's own texts go with the process's own blocks
-      for (const block of dropped) if (this.texts.get(block.text) === block) this.texts.delete(block.text);
+    if (remembered instanceof Map) {
+      while (remembered.size > this.most) {
+        const [oldest, dropped] = remembered.entries().next().value as [string, InjectedBlockData[]];
+        remembered.delete(oldest);
+        if (remembered !== this.remembered) continue; // the process's own texts go with the process's own blocks
+        for (const block of dropped) if (this.texts.get(block.text) === block) this.texts.delete(block.text);
+      }
+      return;
     }
+    const keys = Object.keys(remembered); // a framework's state: one session's or thread's asks
+    for (const oldest of keys.slice(0, Math.max(0, keys.length - this.most))) delete remembered[oldest];
   }
 }
 
