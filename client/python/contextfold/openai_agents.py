@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Blocks = list[dict[str, Any]]
-
 
 def contextfold_messages(items: Sequence[Any]) -> list[tuple[int, dict[str, Any]]]:
     """The SDK's input items (the Responses API's) as contextfold reads a conversation, each with its

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -54,8 +54,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
-
-Blocks = list[dict[str, Any]]
 
 
 def contextfold_messages(messages: Sequence[ModelMessage]) -> list[tuple[int, dict[str, Any]]]:
@@ -94,7 +92,8 @@ def _texts(content: Any) -> list[dict[str, Any]]:
     return [{"text": item} for item in content if isinstance(item, str)] or [{"text": ""}]
 
 
-def _asks(message: ModelMessage) -> bool:
+def _asks(converted: Mapping[str, Any], message: ModelMessage) -> bool:
+    """Whether a message is a person's ask: a request holding a user prompt (not only tool returns)."""
     return isinstance(message, ModelRequest) and any(isinstance(part, UserPromptPart) for part in message.parts)
 
 
@@ -157,7 +156,7 @@ def _shown_with(message: ModelMessage, texts: Sequence[str]) -> ModelMessage:
 
 _DIALECT: Dialect[ModelMessage] = Dialect(
     contextfold_messages,
-    lambda converted, message: _asks(message),
+    _asks,
     _shown_with,
     lambda message: ModelMessagesTypeAdapter.dump_json([message]),
 )
