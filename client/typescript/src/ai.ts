@@ -26,7 +26,7 @@
  * { userId: "ana" } } })`.
  */
 import type { LanguageModelMiddleware } from "ai";
-import { Remembering, type AdapterOptions, type Dialect } from "./adapters.js";
+import { Remembering, toolInput, type AdapterOptions, type Dialect } from "./adapters.js";
 import type { ScopeData } from "./client.js";
 import { dumps, type BlockData, type MessageData } from "./convert.js";
 
@@ -55,7 +55,7 @@ function block(part: Part): BlockData[] {
     case "text":
       return [{ text: part.text as string }];
     case "tool-call":
-      return [{ toolUse: { toolUseId: part.toolCallId as string, name: part.toolName as string, input: toData(part.input) } }];
+      return [{ toolUse: { toolUseId: part.toolCallId as string, name: part.toolName as string, input: toolInput(part.input, "input") } }];
     case "tool-result": {
       const content = [{ text: outputText(part.output as Part) }];
       const failed = (part.output as Part | undefined)?.type.startsWith("error") ?? false;
@@ -64,17 +64,6 @@ function block(part: Part): BlockData[] {
     default:
       return [];
   }
-}
-
-function toData(input: unknown): BlockData[string] {
-  if (typeof input === "string") {
-    try {
-      return JSON.parse(input) as BlockData[string];
-    } catch {
-      return { input };
-    }
-  }
-  return JSON.parse(dumps(input ?? {})) as BlockData[string];
 }
 
 function outputText(output: Part | undefined): string {

@@ -28,7 +28,7 @@
  * so one agent serves many users.
  */
 import type { AgentInputItem, CallModelInputFilter, ModelInputData } from "@openai/agents-core";
-import { Remembering, type AdapterOptions, type Dialect } from "./adapters.js";
+import { Remembering, toolInput, type AdapterOptions, type Dialect } from "./adapters.js";
 import { dumps, type BlockData, type MessageData } from "./convert.js";
 
 /** The settings; `scope` and `stores` may be functions of the run's context. */
@@ -43,15 +43,6 @@ function texts(content: unknown): BlockData[] {
   return (content as Part[]).flatMap((part) =>
     (part.type === "input_text" || part.type === "output_text") && typeof part.text === "string" ? [{ text: part.text }] : [],
   );
-}
-
-function argumentsOf(text: unknown): BlockData[string] {
-  if (typeof text !== "string") return JSON.parse(dumps(text ?? {})) as BlockData[string];
-  try {
-    return JSON.parse(text) as BlockData[string];
-  } catch {
-    return { arguments: text };
-  }
 }
 
 function outputText(output: unknown): string {
@@ -70,7 +61,7 @@ export function contextfoldMessages(items: readonly AgentInputItem[]): Array<[nu
       const content = texts((item as { content: unknown }).content);
       if (content.length > 0) converted.push([index, { role, content }]);
     } else if (kind === "function_call") {
-      const use = { toolUseId: item.callId as string, name: item.name as string, input: argumentsOf(item.arguments) };
+      const use = { toolUseId: item.callId as string, name: item.name as string, input: toolInput(item.arguments, "arguments") };
       converted.push([index, { role: "assistant", content: [{ toolUse: use }] }]);
     } else if (kind === "function_call_result") {
       const status = item.status === "incomplete" ? "error" : "success";

@@ -35,7 +35,7 @@ import {
   type SearchOptions,
 } from "@strands-agents/sdk";
 import type { ExtractionConfig } from "@strands-agents/sdk";
-import { canonicalJson, sha256, type Warn } from "./adapters.js";
+import { canonicalJson, perCall, sha256, type PerCall as AnyPerCall, type Warn } from "./adapters.js";
 import { ContextfoldClient, injectRequest, type ClientOptions, type InjectOptions, type ScopeData } from "./client.js";
 import { toProtoMessages, type BlockData, type InjectedBlockData, type MessageData } from "./convert.js";
 import { filterMessage, type FilterData } from "./filter.js";
@@ -45,7 +45,7 @@ import { MemorySchema, type Filter } from "./gen/contextfold/v1/memory_pb.js";
 export type { Warn } from "./adapters.js";
 
 /** A setting given as it is, or derived from the agent at each call (see `fromState`). */
-export type PerCall<T> = T | ((agent: LocalAgent) => T | undefined);
+export type PerCall<T> = AnyPerCall<T, LocalAgent>;
 
 /**
  * Read a call's setting from the agent's state: `scope: fromState("user")` uses whatever
@@ -86,10 +86,6 @@ function shown(block: BlockData): ContentBlock {
 function agentName(agent: LocalAgent): string {
   const { name } = agent as LocalAgent & { name?: unknown };
   return typeof name === "string" ? name : "";
-}
-
-function perCall<T>(setting: PerCall<T> | undefined, agent: LocalAgent): T | undefined {
-  return typeof setting === "function" ? (setting as (agent: LocalAgent) => T | undefined)(agent) : setting;
 }
 
 interface InjectedRecord {
