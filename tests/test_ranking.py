@@ -24,7 +24,7 @@ from contextfold_server.engine.ranking import (
     stand_out_scores,
     store_aware,
 )
-from contextfold_server.engine.weighing import MOST_PARTS, question_parts
+from contextfold_server.engine.weighing import MOST_PARTS, question_parts, states
 from contextfold_server.memory.records import Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
@@ -539,6 +539,49 @@ def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client
     place_apart = [entry.id for entry in apart.report.entries].index(f"{prefix}-alone-3")
     assert place_within < place_apart, "the reply that says when rises toward the question that names the class"
     assert place_within <= 3, "among the turns about the class"
+
+
+def test_the_reply_to_a_question_comes_before_the_turn_that_only_asks_it(client: Client, make_store) -> None:
+    """The turn nearest to a question is often the same question asked in the conversation ("What are their
+    names?"), which holds no answer; the default puts the reply that follows it first, and similarity does
+    not."""
+    store = make_store("pets")
+    prefix = unique("pets")
+    session = unique("session")
+    turns = [
+        "Ana: We adopted two kittens from the shelter on Saturday.",
+        "Ben: Oh, they're adorable! What are your kittens called?",
+        "Ana: Luna and Oliver! They already rule the house.",
+        "Ben: I spent the weekend repainting the fence.",
+        "Ana: Which colour did you pick in the end?",
+        "Ben: A dark green, like the old one.",
+        "Ana: The garden must look lovely now.",
+        "Ben: It does. The roses are out too.",
+        "Ana: I'm starting the new job at the library on Monday.",
+        "Ben: Good luck! You'll be great at it.",
+    ]
+    client.add_memories(
+        store, [{"id": f"{prefix}-{n}", "content": text, "session_id": session} for n, text in enumerate(turns)]
+    )
+    ask = "What are Ana's kittens called?"
+    result = client.inject([user(ask)], stores=[store], max_entries=2, explain=True)
+    shown = [entry.id for entry in result.report.entries]
+    assert shown[0] == f"{prefix}-2", shown
+    reply, question = _candidate(result, f"{prefix}-2"), _candidate(result, f"{prefix}-1")
+    assert reply.inputs["answers"] > 0 and reply.signals["answers"] > 0, "it answers the question before it"
+    assert question.inputs["states"] == 0.5, "one of its two sentences asks"
+    assert reply.inputs["states"] == 1.0
+    # By similarity alone, the turns that name the kittens fill both places, the one that asks among them.
+    plain = client.inject([user(ask)], stores=[store], max_entries=2, ranking="similarity", min_score=-1.0)
+    assert [entry.id for entry in plain.report.entries] == [f"{prefix}-0", f"{prefix}-1"]
+
+
+def test_the_share_of_an_entry_that_states_rather_than_asks() -> None:
+    assert states("Ben: What are your kittens called?") == 0.0
+    assert states("Ben: Oh, they're adorable! What are your kittens called?") == 0.5
+    assert states("Ana: Luna and Oliver! They already rule the house.") == 1.0
+    assert states('She asked "which one?" and left.') == 0.5
+    assert states("") == 1.0
 
 
 def test_the_session_neighbours_come_in_the_candidates_own_round_trip(

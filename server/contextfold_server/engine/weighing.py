@@ -4,10 +4,12 @@ relevant enough to inject.
 The signals are cheap, read from what the search fetched (engine/ranking.py has the crowds,
 the words and the neighbours): the similarity, its lead over the store's crowd and over the
 best candidate, the query's words held, a better neighbour or a better entry in the same
-session, a date the question names, a speaker the question names. A candidate's score is
-the weighed sum of its signals (a log-odds of relevance, from a logistic fit); the weights
-and the silence threshold are plain numbers in `weighing.json`, fitted by `bench/weighing.py`
-on LoCoMo's development conversations and our own labelled sets, and judged there by
+session, a date the question names, a speaker the question names, whether it states something
+or only asks, and a better turn just before it that asks what it answers. A candidate's score is
+the weighed sum of its signals; the silence gate weighs them as a log-odds of relevance (a
+logistic fit), the order with those weights tuned for what the first five hold. The weights and
+the silence threshold are plain numbers in `weighing.json`, fitted by `bench/weighing.py` on
+LoCoMo's development conversations and our own labelled sets, and judged there by
 cross-validation (fitted without a conversation or set, scored on it, in turn).
 
 These are pure functions: the search gathers what they weigh.
@@ -24,12 +26,24 @@ from datetime import date, datetime
 from pathlib import Path
 
 # The signals a candidate is weighed by, in the order `weighing.json` lists their weights.
-SIGNALS = ("similarity", "lead", "words", "neighbour", "behind_best", "date", "speaker", "session", "standing")
+SIGNALS = (
+    "similarity",
+    "lead",
+    "words",
+    "neighbour",
+    "behind_best",
+    "date",
+    "speaker",
+    "session",
+    "standing",
+    "states",
+    "answers",
+)
 # What the order's weights are fitted over: `standing` (the similarity, twice its lead over the crowd and 1.5
 # times the words' share: `ranking.with_words`) in place of its three parts. Fitted apart, the parts trade
 # weights (a lead is a similarity less the crowd's), and the lone entry of a small store, which has no lead,
 # would be ranked by what is left: nothing, when the similarity's weight comes out 0.
-FITTED_SIGNALS = ("standing", "neighbour", "behind_best", "date", "speaker", "session")
+FITTED_SIGNALS = ("standing", "neighbour", "behind_best", "date", "speaker", "session", "states", "answers")
 # The signals the silence gate weighs (its weights are fitted apart from the order's, `weighing.json`).
 GATE_SIGNALS = FITTED_SIGNALS
 # A question-wide signal: the share of the names the question asks about that no entry in the scope holds.
@@ -263,6 +277,21 @@ def speaker_named(content: str, words: frozenset[str]) -> float:
     if not found:
         return 0.0
     return 1.0 if any(part.lower() in words for part in found[1].split()) else 0.0
+
+
+# Where one sentence ends and the next begins: after its closing mark (and any closing quote or bracket).
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+")
+
+
+def states(content: str) -> float:
+    """The share of an entry's sentences that state something rather than ask: a turn that only asks
+    ("What are their names?") holds no answer, however near it is to the question; the reply that follows
+    it does. 1 for an entry without a question."""
+    sentences = [part for part in _SENTENCE_END.split(content.strip()) if part.strip()]
+    if not sentences:
+        return 1.0
+    asking = sum(1 for sentence in sentences if sentence.rstrip(" \"')]\u201d").endswith("?"))
+    return 1.0 - asking / len(sentences)
 
 
 def names_in(text: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from ..engine.weighing import (
     entry_date,
     on_a_date,
     speaker_named,
+    states,
     words_copy,
 )
 from ..errors import InvalidArgument, NotFound
@@ -249,8 +250,10 @@ class MemorySearcher:
         crowd and its share of the query's words (`ranking`), then, once the best ones' session
         neighbours are read, a better neighbour and a better entry in its session (each measured by
         the pre-weighing score, `ranking.with_words`), how far it is behind the best candidate, a date
-        the question names, a speaker the question names. Best first, with the scores and the silence
-        gate's scores (`Weighing.gate_score`). Explaining, what each signal added goes in `signals` and
+        the question names, a speaker the question names, the share of its sentences that state rather
+        than ask (`states`), and how much better the turn just before it in its session is, when that
+        one asks (`answers`: the reply to a question put nearer the query). Best first, with the scores
+        and the silence gate's scores (`Weighing.gate_score`). Explaining, what each signal added goes in `signals` and
         their values in `inputs`, by id.
 
         A question asking several things (`parts`: each part's nearest) is answered part by part: an
@@ -283,8 +286,10 @@ class MemorySearcher:
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
         scores: dict[str, float] = {}
         gate_scores: dict[str, float] = {}
+        stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
         for entry, candidate in found.items():
             own = worded[entry]
+            before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
             values = {
                 "similarity": candidate.score,
                 "lead": candidate.score - crowds.get(candidate.store, candidate.score),
@@ -295,6 +300,9 @@ class MemorySearcher:
                 "speaker": speaker_named(candidate.memory.content, asked.words),
                 "session": sessions.get(entry, own) - own,
                 "standing": own,
+                "states": stating[entry],
+                # The reply to a question nearer to the query than itself: "What are their names?" "Luna and Oliver!"
+                "answers": max([0.0, *((worded[n] - own) * (1.0 - stating[n]) for n in before)]),
             }
             scores[entry] = weighing.score(values)
             gate_scores[entry] = weighing.gate_score(values)

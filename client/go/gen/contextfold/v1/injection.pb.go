@@ -851,7 +851,9 @@ type CandidateReport struct {
 	// similarity, its `lead` over its store's crowd and the query's `words` it
 	// holds, weighed together; a better `neighbour` beside it in its session,
 	// `behind_best` candidate, a `date` the question names, a `speaker` the
-	// question names, a better entry in its `session`) and an `intercept`; `lexical` and `fused` under RANKING_HYBRID,
+	// question names, a better entry in its `session`, the share of its
+	// sentences that `states` rather than asks, and how far it `answers` a
+	// better turn before it that asks) and an `intercept`; `lexical` and `fused` under RANKING_HYBRID,
 	// `rerank` under RANKING_RERANK.
 	Signals map[string]float32 `protobuf:"bytes,6,rep,name=signals,proto3" json:"signals,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"fixed32,2,opt,name=value,proto3"`
 	// What became of it.

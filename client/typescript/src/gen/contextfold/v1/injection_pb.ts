@@ -396,7 +396,9 @@ export type CandidateReport = Message<"contextfold.v1.CandidateReport"> & {
    * similarity, its `lead` over its store's crowd and the query's `words` it
    * holds, weighed together; a better `neighbour` beside it in its session,
    * `behind_best` candidate, a `date` the question names, a `speaker` the
-   * question names, a better entry in its `session`) and an `intercept`; `lexical` and `fused` under RANKING_HYBRID,
+   * question names, a better entry in its `session`, the share of its
+   * sentences that `states` rather than asks, and how far it `answers` a
+   * better turn before it that asks) and an `intercept`; `lexical` and `fused` under RANKING_HYBRID,
    * `rerank` under RANKING_RERANK.
    *
    * @generated from field: map<string, float> signals = 6;
