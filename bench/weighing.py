@@ -18,6 +18,7 @@ scored on it, in turn. The weights in engine/weighing.json are the fit on all th
 
     .venv/bin/python -m bench.weighing            # the cross-validated figures (make bench)
     .venv/bin/python -m bench.weighing --write    # and fit engine/weighing.json on all the data
+    .venv/bin/python -m bench.weighing --questions /tmp/asked.json   # collect once, then fit from the file
 """
 
 from __future__ import annotations
@@ -308,6 +309,8 @@ def tune(questions: Sequence[Question], weights: np.ndarray) -> np.ndarray:
         for name in FITTED_SIGNALS:
             index = SIGNALS.index(name)
             for step in TUNING_STEPS:
+                if name == "standing" and not step:
+                    continue  # the standing stays weighed: a small store's lone entry has nothing else
                 trial = weights.copy()
                 trial[index] = weights[index] * step if weights[index] else step / 2
                 found = objective(trial)
