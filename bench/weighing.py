@@ -265,17 +265,21 @@ def scores(questions: Sequence[Question], chosen: Weighing, gated: bool = True) 
 
 
 def fit(questions: Sequence[Question]) -> Weighing:
-    """The weighing fitted on `questions`: the L2 strength that scores best fitted on all groups but one
-    of them and scored on that one, the weights fitted with it on all of them, then the gate."""
+    """The weighing fitted on `questions`: the L2 strength that scores best fitted (and tuned, `tune`) on all
+    groups but one of them and scored on that one, each kind counting alike; the weights fitted with it on
+    all of them and tuned; then the gate."""
     groups = sorted({q.group for q in questions})
 
     def inner(l2: float) -> float:
-        found = []
+        held_out: list[Question] = []
+        found: list[np.ndarray] = []
         for held in groups:
-            w, b = fit_weights([q for q in questions if q.group != held], l2)
-            chosen = weighing(w, b, NO_GATE, -1e9, 0.0)
-            found += [recall(q, chosen, False) for q in questions if q.group == held and not q.elsewhere]
-        return statistics.fmean(found)
+            fitted = [q for q in questions if q.group != held]
+            w, _ = fit_weights(fitted, l2)
+            scored = Batch.of([q for q in questions if q.group == held])
+            held_out += scored.questions
+            found.append(scored.recall(tune(fitted, w)))
+        return Batch.of(held_out).balanced(np.concatenate(found))
 
     l2 = max(L2_CHOICES, key=inner) if len(groups) > 2 else L2_CHOICES[1]
     w, b = fit_weights(questions, l2)
@@ -293,17 +297,10 @@ TUNING_ROUNDS = 6
 def tune(questions: Sequence[Question], weights: np.ndarray) -> np.ndarray:
     """`weights` moved, one signal at a time (`TUNING_STEPS`), while the mean recall@5 of the questions with
     relevant entries rises, each kind of question (LoCoMo with session ids, without, our sets) counting as
-    much as another: the logistic fit weighs every candidate, where Inject is judged by its first five.
-    Near-copies are not left out here (`ranked_recall`); the figures quoted are `recall`'s."""
-    asked = [q for q in questions if not q.elsewhere and q.candidates]
-    kinds = sorted({q.kind for q in asked})
-
-    def objective(trial: np.ndarray) -> float:
-        return statistics.fmean(
-            statistics.fmean(ranked_recall(q, trial) for q in asked if q.kind == kind) for kind in kinds
-        )
-
-    best, weights = objective(weights), weights.copy()
+    much as another (`Batch.balanced`): the logistic fit weighs every candidate, where Inject is judged by its
+    first five. Near-copies are not left out here (`Batch.recall`); the figures quoted are `recall`'s."""
+    asked = Batch.of(questions)
+    best, weights = asked.balanced(asked.recall(weights)), weights.copy()
     for _ in range(TUNING_ROUNDS):
         moved = False
         for name in FITTED_SIGNALS:
@@ -313,7 +310,7 @@ def tune(questions: Sequence[Question], weights: np.ndarray) -> np.ndarray:
                     continue  # the standing stays weighed: a small store's lone entry has nothing else
                 trial = weights.copy()
                 trial[index] = weights[index] * step if weights[index] else step / 2
-                found = objective(trial)
+                found = asked.balanced(asked.recall(trial))
                 if found > best + 1e-9:
                     best, weights, moved = found, trial, True
         if not moved:
@@ -321,10 +318,47 @@ def tune(questions: Sequence[Question], weights: np.ndarray) -> np.ndarray:
     return weights
 
 
-def ranked_recall(question: Question, weights: np.ndarray) -> float:
-    """The share of `question`'s relevant entries among its first `SHOWN` candidates by `weights`."""
-    first = np.argsort(-(question.signals @ weights), kind="stable")[:SHOWN]
-    return float(question.labels[first].sum()) / question.relevant
+@dataclass
+class Batch:
+    """The questions with relevant entries, their candidates in one array (padded to the most any has), to
+    rank them all at once."""
+
+    questions: list[Question]
+    signals: np.ndarray  # questions x candidates x `SIGNALS`
+    labels: np.ndarray  # questions x candidates: relevant
+    present: np.ndarray  # questions x candidates: a candidate, not padding
+    kinds: np.ndarray  # each question's kind, as an index
+
+    @classmethod
+    def of(cls, questions: Sequence[Question]) -> Batch:
+        asked = [q for q in questions if not q.elsewhere and q.candidates]
+        most = max((len(q.candidates) for q in asked), default=0)
+        signals = np.zeros((len(asked), most, len(SIGNALS)))
+        labels = np.zeros((len(asked), most), dtype=bool)
+        present = np.zeros((len(asked), most), dtype=bool)
+        for row, q in enumerate(asked):
+            signals[row, : len(q.candidates)] = q.signals
+            labels[row, : len(q.candidates)] = q.labels
+            present[row, : len(q.candidates)] = True
+        kinds = sorted({q.kind for q in asked})
+        return cls(asked, signals, labels, present, np.array([kinds.index(q.kind) for q in asked], dtype=int))
+
+    def recall(self, weights: np.ndarray) -> np.ndarray:
+        """Each question's share of its relevant entries among its first `SHOWN` candidates by `weights`."""
+        if not self.questions:
+            return np.zeros(0)
+        scores = np.where(self.present, self.signals @ weights, -np.inf)
+        first = np.argsort(-scores, axis=1, kind="stable")[:, :SHOWN]
+        found = np.take_along_axis(self.labels & self.present, first, axis=1).sum(axis=1)
+        return found / np.array([q.relevant for q in self.questions])
+
+    def balanced(self, recalls: np.ndarray) -> float:
+        """The mean of each kind's mean of `recalls` (one per question, in order)."""
+        if not len(recalls):
+            return 0.0
+        counts = np.bincount(self.kinds)
+        sums = np.bincount(self.kinds, weights=recalls)
+        return float((sums[counts > 0] / counts[counts > 0]).mean())
 
 
 def gate(
