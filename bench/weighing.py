@@ -24,6 +24,7 @@ scored on it, in turn. The weights in engine/weighing.json are the fit on all th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import statistics
@@ -226,9 +227,6 @@ def weighing(
     )
 
 
-NO_GATE = (np.zeros(len(SIGNALS)), 0.0)
-
-
 def shown(question: Question, chosen: Weighing, gated: bool = True) -> list[int]:
     """What Inject would show for `question` weighed by `chosen` (positions among its candidates): the
     best `SHOWN`, near-copies of better ones left out, and with `gated` those not relevant enough."""
@@ -271,15 +269,15 @@ def fit(questions: Sequence[Question]) -> Weighing:
     groups = sorted({q.group for q in questions})
 
     def inner(l2: float) -> float:
-        held_out: list[Question] = []
+        kinds: list[np.ndarray] = []
         found: list[np.ndarray] = []
         for held in groups:
             fitted = [q for q in questions if q.group != held]
             w, _ = fit_weights(fitted, l2)
             scored = Batch.of([q for q in questions if q.group == held])
-            held_out += scored.questions
+            kinds.append(scored.kinds)
             found.append(scored.recall(tune(fitted, w)))
-        return Batch.of(held_out).balanced(np.concatenate(found))
+        return balanced(np.concatenate(kinds), np.concatenate(found))
 
     l2 = max(L2_CHOICES, key=inner) if len(groups) > 2 else L2_CHOICES[1]
     w, b = fit_weights(questions, l2)
@@ -297,10 +295,10 @@ TUNING_ROUNDS = 6
 def tune(questions: Sequence[Question], weights: np.ndarray) -> np.ndarray:
     """`weights` moved, one signal at a time (`TUNING_STEPS`), while the mean recall@5 of the questions with
     relevant entries rises, each kind of question (LoCoMo with session ids, without, our sets) counting as
-    much as another (`Batch.balanced`): the logistic fit weighs every candidate, where Inject is judged by its
+    much as another (`balanced`): the logistic fit weighs every candidate, where Inject is judged by its
     first five. Near-copies are not left out here (`Batch.recall`); the figures quoted are `recall`'s."""
     asked = Batch.of(questions)
-    best, weights = asked.balanced(asked.recall(weights)), weights.copy()
+    best, weights = balanced(asked.kinds, asked.recall(weights)), weights.copy()
     for _ in range(TUNING_ROUNDS):
         moved = False
         for name in FITTED_SIGNALS:
@@ -310,7 +308,7 @@ def tune(questions: Sequence[Question], weights: np.ndarray) -> np.ndarray:
                     continue  # the standing stays weighed: a small store's lone entry has nothing else
                 trial = weights.copy()
                 trial[index] = weights[index] * step if weights[index] else step / 2
-                found = asked.balanced(asked.recall(trial))
+                found = balanced(asked.kinds, asked.recall(trial))
                 if found > best + 1e-9:
                     best, weights, moved = found, trial, True
         if not moved:
@@ -327,7 +325,7 @@ class Batch:
     signals: np.ndarray  # questions x candidates x `SIGNALS`
     labels: np.ndarray  # questions x candidates: relevant
     present: np.ndarray  # questions x candidates: a candidate, not padding
-    kinds: np.ndarray  # each question's kind, as an index
+    kinds: np.ndarray  # each question's kind
 
     @classmethod
     def of(cls, questions: Sequence[Question]) -> Batch:
@@ -340,8 +338,7 @@ class Batch:
             signals[row, : len(q.candidates)] = q.signals
             labels[row, : len(q.candidates)] = q.labels
             present[row, : len(q.candidates)] = True
-        kinds = sorted({q.kind for q in asked})
-        return cls(asked, signals, labels, present, np.array([kinds.index(q.kind) for q in asked], dtype=int))
+        return cls(asked, signals, labels, present, np.array([q.kind for q in asked], dtype=str))
 
     def recall(self, weights: np.ndarray) -> np.ndarray:
         """Each question's share of its relevant entries among its first `SHOWN` candidates by `weights`."""
@@ -352,13 +349,13 @@ class Batch:
         found = np.take_along_axis(self.labels & self.present, first, axis=1).sum(axis=1)
         return found / np.array([q.relevant for q in self.questions])
 
-    def balanced(self, recalls: np.ndarray) -> float:
-        """The mean of each kind's mean of `recalls` (one per question, in order)."""
-        if not len(recalls):
-            return 0.0
-        counts = np.bincount(self.kinds)
-        sums = np.bincount(self.kinds, weights=recalls)
-        return float((sums[counts > 0] / counts[counts > 0]).mean())
+
+def balanced(kinds: np.ndarray, recalls: np.ndarray) -> float:
+    """The mean of each kind's mean of `recalls` (`kinds`: each recall's question's kind)."""
+    if not len(recalls):
+        return 0.0
+    _, index = np.unique(kinds, return_inverse=True)
+    return float((np.bincount(index, weights=recalls) / np.bincount(index)).mean())
 
 
 def gate(
@@ -428,16 +425,14 @@ def measure() -> list[Question]:
 def save(questions: Sequence[Question], path: Path) -> None:
     """What `measure` collected, to fit again without asking again (`--questions`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([{**vars(q), "candidates": [vars(c) for c in q.candidates]} for q in questions]))
+    path.write_text(json.dumps([dataclasses.asdict(q) for q in questions]))
 
 
 def load(path: Path) -> list[Question]:
-    questions = []
-    for raw in json.loads(path.read_text()):
-        candidates = [Candidate(**c) for c in raw.pop("candidates")]
-        questions.append(Question(**{k: v for k, v in raw.items() if k in Question.__dataclass_fields__}))
-        questions[-1].candidates = candidates
-    return questions
+    return [
+        Question(**{**raw, "candidates": [Candidate(**c) for c in raw["candidates"]]})
+        for raw in json.loads(path.read_text())
+    ]
 
 
 def write(chosen: Weighing, path: Path = WEIGHTS_FILE) -> None:
