@@ -576,6 +576,43 @@ def test_the_reply_to_a_question_comes_before_the_turn_that_only_asks_it(client:
     assert [entry.id for entry in plain.report.entries] == [f"{prefix}-0", f"{prefix}-1"]
 
 
+def test_without_a_session_the_turn_its_author_wrote_next_answers_the_one_before(client: Client, make_store) -> None:
+    """Turns stored without a session's id still have neighbours: the entries their author (here, the
+    conversation's user) wrote just before and after them. The reply written after the question it answers
+    comes first, by the signals of that order; the same turns stored by nobody in particular (an import) have
+    no neighbours read."""
+    store = make_store("pets")
+    prefix = unique("written")
+    turns = [
+        "Ana: We adopted two kittens from the shelter on Saturday.",
+        "Ben: Oh, they're adorable! What are your kittens called?",
+        "Ana: Luna and Oliver! They already rule the house.",
+        "Ben: I spent the weekend repainting the fence.",
+        "Ana: Which colour did you pick in the end?",
+        "Ben: A dark green, like the old one.",
+        "Ana: The garden must look lovely now.",
+        "Ben: It does. The roses are out too.",
+        "Ana: I'm starting the new job at the library on Monday.",
+        "Ben: Good luck! You'll be great at it.",
+    ]
+    author = unique("conversation")
+    client.add_memories(
+        store, [{"id": f"{prefix}-{n}", "content": text, "user_id": author} for n, text in enumerate(turns)]
+    )
+    client.add_memories(store, [{"id": f"{prefix}-import-{n}", "content": text} for n, text in enumerate(turns)])
+    ask = "What are Ana's kittens called?"
+    result = client.inject([user(ask)], stores=[store], scope={"user_id": author}, max_entries=2, explain=True)
+    assert next(entry.id for entry in result.report.entries) == f"{prefix}-2"
+    reply = _candidate(result, f"{prefix}-2")
+    assert reply.inputs["written_answers"] > 0 and reply.signals["written_answers"] > 0, "it answers the turn before"
+    assert reply.inputs["answers"] == 0 and reply.inputs["neighbour"] == 0, "in no session: the session's are not"
+    imported = client.inject([user(ask)], stores=[store], max_entries=10, explain=True)
+    for candidate in imported.report.candidates:
+        if candidate.id.startswith(f"{prefix}-import-"):
+            assert candidate.inputs["written_answers"] == 0 and candidate.inputs["written_neighbour"] == 0, candidate
+    assert any(c.id == f"{prefix}-import-2" for c in imported.report.candidates), "the import's reply was weighed"
+
+
 def test_the_share_of_an_entry_that_states_rather_than_asks() -> None:
     assert states("Ben: What are your kittens called?") == 0.0
     assert states("Ben: Oh, they're adorable! What are your kittens called?") == 0.5
@@ -724,6 +761,21 @@ def test_the_neighbours_planned_once_for_a_connection_still_walk_the_sessions_in
         ("t250", "t249"), ("t250", "t251"), ("t7050", "t7049"), ("t7050", "t7051"),
     ]  # fmt: skip
     assert "memories_in_session" in read, read
+    assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
+
+
+def test_the_neighbours_in_an_author_s_order_walk_their_own_index(postgres: Postgres) -> None:
+    """An entry in no session has for neighbours those its own author wrote just before and after it, whoever
+    else wrote between them: one step of the written order's index each, under the plan made once."""
+    ten_thousand_entries(postgres.url, "written", "'turn ' || g", user_id="'user ' || mod(g, 2)")
+    where, params = entries_where(Scope(), None)
+    params |= {"namespace": "written", "exclude": [], "live_at": datetime.now(UTC), "ids": ["t250", "t7051"]}
+    params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
+    found, read = planned_once(postgres.url, "written", neighbours_statement(where), params)
+    assert sorted((row["beside"], row["id"]) for row in found) == [
+        ("t250", "t248"), ("t250", "t252"), ("t7051", "t7049"), ("t7051", "t7053"),
+    ]  # fmt: skip
+    assert "memories_in_order" in read, read
     assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
 
 

@@ -10,9 +10,10 @@ large store fills. Words count beside meaning: names, places, dates and ids
 carry what an embedding blurs, so the default weighs the share of the query's
 words an entry holds (BM25, rare words weighing more), and an entry written
 beside a better one in its session (a reply to the question that names what it
-answers) is lifted by it. How much each of these counts is learnt
-(engine/weighing.py); here are the signals themselves, and the score that decides
-whose session neighbours are read (`with_words`). bench/retrieval.py measures
+answers), or in none, by its author just before or after a better one, is lifted by
+it. How much each of these counts is learnt (engine/weighing.py); here are the
+signals themselves, and the score that decides whose neighbours are read
+(`with_words`). bench/retrieval.py measures
 every strategy on labelled sets of our own, bench/locomo.py on long real
 conversations; docs/injection.md has the tables.
 
@@ -73,7 +74,8 @@ LEXICAL_WEIGHT = 1.0
 # sets together (bench/locomo.py, bench/retrieval.py): 1.0 to 2.0 lift LoCoMo's recall@5 by 0.15 to 0.18;
 # past 1.5 our assistant set loses more than a query.
 WORD_WEIGHT = 1.5
-# The best entries whose session neighbours are read, as a multiple of the entries asked for.
+# The best entries whose neighbours (in their session, or their author's order) are read, as a multiple of the
+# entries asked for.
 NEIGHBOURS_OF = 2
 # The entries nearest across the stores read first when a large store is searched: one with
 # `candidates_per_store` of them (the store a query's near-misses come from) needs no reading of its own.

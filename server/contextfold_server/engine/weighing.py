@@ -5,7 +5,9 @@ The signals are cheap, read from what the search fetched (engine/ranking.py has 
 the words and the neighbours): the similarity, its lead over the store's crowd and over the
 best candidate, the query's words held, a better neighbour or a better entry in the same
 session, a date the question names, a speaker the question names, whether it states something
-or only asks, and a better turn just before it that asks what it answers. A candidate's score is
+or only asks, and a better turn just before it that asks what it answers; for an entry in no
+session, its neighbours are those its author (a user, an agent) wrote just before and after it,
+weighed by signals of their own. A candidate's score is
 the weighed sum of its signals; the silence gate weighs them as a log-odds of relevance (a
 logistic fit), the order with those weights tuned for what the first five hold. The weights and
 the silence threshold are plain numbers in `weighing.json`, fitted by `bench/weighing.py` on
@@ -38,12 +40,25 @@ SIGNALS = (
     "standing",
     "states",
     "answers",
+    "written_neighbour",
+    "written_answers",
 )
 # What the order's weights are fitted over: `standing` (the similarity, twice its lead over the crowd and 1.5
 # times the words' share: `ranking.with_words`) in place of its three parts. Fitted apart, the parts trade
 # weights (a lead is a similarity less the crowd's), and the lone entry of a small store, which has no lead,
 # would be ranked by what is left: nothing, when the similarity's weight comes out 0.
-FITTED_SIGNALS = ("standing", "neighbour", "behind_best", "date", "speaker", "session", "states", "answers")
+FITTED_SIGNALS = (
+    "standing",
+    "neighbour",
+    "behind_best",
+    "date",
+    "speaker",
+    "session",
+    "states",
+    "answers",
+    "written_neighbour",
+    "written_answers",
+)
 # The signals the silence gate weighs (its weights are fitted apart from the order's, `weighing.json`).
 GATE_SIGNALS = FITTED_SIGNALS
 # A question-wide signal: the share of the names the question asks about that no entry in the scope holds.

@@ -161,8 +161,8 @@ class Candidate(ScoredRecord):
 
 @dataclass
 class Neighbours:
-    """Session neighbours as a read found them: each (the id it is beside, the neighbour), and the ids
-    whose neighbours the read looked for (`covered`: those with none included)."""
+    """Neighbours (in a session, or an author's order) as a read found them: each (the id it is beside, the
+    neighbour), and the ids whose neighbours the read looked for (`covered`: those with none included)."""
 
     pairs: list[tuple[str, Candidate]] = field(default_factory=list)
     covered: set[str] = field(default_factory=set)

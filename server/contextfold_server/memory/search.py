@@ -1,7 +1,7 @@
 """Search by meaning and words: embed the query (unless the caller did; and each part of a
 question that asks several things), fetch in one round trip the candidates the ranking needs
 (engine/ranking.py: each store's nearest, each part's, and the entries sharing the query's words),
-read the session neighbours of the best when they are in sessions, and rank them."""
+read the neighbours of the best (in their session, or in their author's order), and rank them."""
 
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ class MemorySearcher:
                 matches = "rare_word_matches" if strategy is Ranking.HYBRID else "word_matches"
                 # Whether the scope has heard of what the question names: the default ranking's to weigh.
                 names = question.names if strategy is Ranking.STORE_AWARE else ()
-                # The default reads the session neighbours of the nearest and the word matches with them, the
-                # best of which it weighs (`_store_aware`).
+                # The default reads the neighbours of the nearest and the word matches with them, the best of
+                # which it weighs (`_store_aware`).
                 seeds = ranking.NEIGHBOURS_OF * query.limit if strategy is Ranking.STORE_AWARE else 0
                 known, candidates, unknown_names, ahead = await self.store.candidates(
                     namespace,
@@ -247,12 +247,17 @@ class MemorySearcher:
         parts: Sequence[list[Candidate]] = (),
     ) -> tuple[list[Candidate], dict[str, float], dict[str, float]]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
-        crowd and its share of the query's words (`ranking`), then, once the best ones' session
-        neighbours are read, a better neighbour and a better entry in its session (each measured by
-        the pre-weighing score, `ranking.with_words`), how far it is behind the best candidate, a date
+        crowd and its share of the query's words (`ranking`), then, once the best ones' neighbours
+        are read, a better neighbour and a better entry in its session (each measured by the
+        pre-weighing score, `ranking.with_words`), how far it is behind the best candidate, a date
         the question names, a speaker the question names, the share of its sentences that state rather
         than ask (`states`), and how much better the turn just before it in its session is, when that
-        one asks (`answers`: the reply to a question put nearer the query). Best first, with the scores
+        one asks (`answers`: the reply to a question put nearer the query). An entry in no session
+        has for neighbours the entries its author (its user and agent) wrote just before and after it
+        in its store, also in none: turns stored without a session's id. Its neighbour and the turn
+        before it are weighed by signals of their own (`written_neighbour`, `written_answers`): write
+        order is a weaker kinship than a session, and where no author is known it means nothing (a
+        store filled by an import has no neighbours read). Best first, with the scores
         and the silence gate's scores (`Weighing.gate_score`). Explaining, what each signal added goes in `signals` and
         their values in `inputs`, by id.
 
@@ -272,12 +277,11 @@ class MemorySearcher:
         worded = ranking.with_words(standing, lexical)
         best = sorted(worded, key=lambda entry: -worded[entry])[: ranking.NEIGHBOURS_OF * query.limit]
         beside: dict[str, set[str]] = {}
-        in_sessions = [entry for entry in best if found[entry].memory.scope.session_id]
-        if in_sessions:
+        if best:
             # Read ahead with the candidates, unless one of the best was not among those whose were.
-            neighbours, beside = ahead.of(in_sessions)
-            if not ahead.covered.issuperset(in_sessions):
-                neighbours, beside = await self.store.neighbours(namespace, scope, query, in_sessions)
+            neighbours, beside = ahead.of(best)
+            if not ahead.covered.issuperset(best):
+                neighbours, beside = await self.store.neighbours(namespace, scope, query, best)
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
             worded = ranking.with_words(ranking.stand_out(neighbours, crowds), {}) | worded
@@ -290,19 +294,25 @@ class MemorySearcher:
         for entry, candidate in found.items():
             own = worded[entry]
             before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
+            neighbouring = max([0.0, *(worded[n] - own for n in beside.get(entry, ()) if n in worded)])
+            # The reply to a question nearer to the query than itself: "What are their names?" "Luna and Oliver!"
+            answering = max([0.0, *((worded[n] - own) * (1.0 - stating[n]) for n in before)])
+            # Beside it in its session, or (in none) in the order its author wrote: two signals each, fitted apart.
+            in_session = bool(candidate.memory.scope.session_id)
             values = {
                 "similarity": candidate.score,
                 "lead": candidate.score - crowds.get(candidate.store, candidate.score),
                 "words": lexical.get(entry, 0.0),
-                "neighbour": max([0.0, *(worded[n] - own for n in beside.get(entry, ()) if n in worded)]),
+                "neighbour": neighbouring if in_session else 0.0,
                 "behind_best": candidate.score - top,
                 "date": on_a_date(asked.dates, entry_date(candidate.memory.metadata, candidate.memory.create_time)),
                 "speaker": speaker_named(candidate.memory.content, asked.words),
                 "session": sessions.get(entry, own) - own,
                 "standing": own,
                 "states": stating[entry],
-                # The reply to a question nearer to the query than itself: "What are their names?" "Luna and Oliver!"
-                "answers": max([0.0, *((worded[n] - own) * (1.0 - stating[n]) for n in before)]),
+                "answers": answering if in_session else 0.0,
+                "written_neighbour": 0.0 if in_session else neighbouring,
+                "written_answers": 0.0 if in_session else answering,
             }
             scores[entry] = weighing.score(values)
             gate_scores[entry] = weighing.gate_score(values)

@@ -165,9 +165,9 @@ def candidates_statement(
     `nearest_per_store` (migration 11); with it, each store's `per_store` nearest that match the
     conditions are read by a statement of their own, through the vector index (its iterative scan skips
     what a filter refuses) or exactly, as its plan for the store decides; with `exact`, always exactly.
-    With `beside`, the session neighbours of the `%(seeds)s` nearest in sessions come in the same
-    statement (`_READ_BESIDE`): each such candidate `seeded`, each neighbour on a row of its own with
-    the id it is `beside`. Composed once per shape."""
+    With `beside`, the neighbours (`_BESIDE`) of the `%(seeds)s` nearest come in the same statement
+    (`_READ_BESIDE`): each such candidate `seeded`, each neighbour on a row of its own with the id it
+    is `beside`. Composed once per shape."""
     nearest = (
         " SELECT nearest.* FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
         " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
@@ -215,7 +215,7 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
     `%(named)s` (a question's names; a name that is only a stopword does not count) none of the entries
     its words were weighed among holds, and how many those were: read from the same sample, and always
     on a row of its own when no entry matches (`unknown_share`). With `beside` (under `word_matches`),
-    the session neighbours of every entry found come too, as `candidates_statement` reads them.
+    the neighbours of every entry found come too, as `candidates_statement` reads them.
     Composed once per shape."""
     weighed = (
         " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
@@ -286,46 +286,51 @@ def unknown_share(rows: list[dict[str, Any]]) -> float:
     return float(once(rows, "unknown")) / float(named)
 
 
-# The entries written just before and just after an entry `c` (its store, session and `seq`) in its store and
-# session, within the entries' conditions (`{where}`), each with its distance to `%(vector)b`. Each is one step
-# of the sessions' index (migration 16), whose predicate it repeats (`m.session_id <> ''`): the planner does
-# not carry it over from `c`.
+# The entries written just before and just after an entry `c` (its store and `seq`) in its session, or, for an
+# entry in none, among the entries of its store in none written by its user and agent (in the order they were
+# written: turns stored without a session's id still have the turns beside them), within the entries' conditions
+# (`{where}`), each with its distance to `%(vector)b`. Each is one step of an index: the sessions' (migration
+# 16) or the written order's (migration 18), whose predicates it repeats: the planner does not carry them over
+# from `c`. Which of the two a `c` takes is decided by `c` alone, before either index is read.
 _SIDE = (
     " (SELECT {columns}, (m.embedding <=> %(vector)b)::float8 AS distance FROM {memories} m"
-    " WHERE m.namespace = %(namespace)s AND m.store = c.store AND m.session_id = c.session_id"
-    " AND m.session_id <> ''"
+    " WHERE m.namespace = %(namespace)s AND m.store = c.store AND {same}"
     " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
 )
-_BESIDE = (
-    _SIDE.replace("{comparison}", "<").replace("{order}", "DESC")
-    + " UNION ALL"
-    + _SIDE.replace("{comparison}", ">").replace("{order}", "")
+_IN_SESSION = "c.session_id <> '' AND m.session_id = c.session_id AND m.session_id <> ''"
+_IN_ORDER = (
+    "c.session_id = '' AND (c.user_id <> '' OR c.agent_id <> '')"
+    " AND m.session_id = '' AND m.user_id = c.user_id AND m.agent_id = c.agent_id"
 )
-# A statement's candidates in sessions whose neighbours it reads too (`found` is what it found), and how those
-# are read: `c` each of them.
-_SEEDS = (
-    " seeds AS MATERIALIZED (SELECT f.id, f.store, f.session_id, f.seq FROM found f WHERE f.session_id <> ''{order})"
+_BESIDE = " UNION ALL".join(
+    _SIDE.replace("{same}", same).replace("{comparison}", comparison).replace("{order}", order)
+    for same in (_IN_SESSION, _IN_ORDER)
+    for comparison, order in (("<", "DESC"), (">", ""))
 )
+# A statement's candidates whose neighbours it reads too (`found` is what it found), and how those are read: `c`
+# each of them.
+_SEEDS = " seeds AS MATERIALIZED (SELECT f.id, f.store, f.session_id, f.user_id, f.agent_id, f.seq FROM found f{order})"
 _READ_BESIDE = " FROM seeds c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
 
 
 @functools.lru_cache(maxsize=32)
 def neighbours_statement(where: str) -> str:
-    """The entries written just before and just after each of `%(ids)s` in its store and session (by
-    `seq`), within the entries' conditions (`entries_where`), with their distance to `%(vector)b` and the
-    id they are beside (`beside`; `_BESIDE`). Entries in no session have none."""
+    """The entries written just before and just after each of `%(ids)s` in its store and session, or its
+    author's order (by `seq`; `_BESIDE`), within the entries' conditions (`entries_where`), with their
+    distance to `%(vector)b` and the id they are beside (`beside`). Entries in no session and of no author
+    have none."""
     return (
         sql.SQL(
             "SELECT n.*, c.id AS beside FROM {memories} c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
-            " WHERE c.namespace = %(namespace)s AND c.id = ANY(%(ids)s) AND c.session_id <> ''"
+            " WHERE c.namespace = %(namespace)s AND c.id = ANY(%(ids)s)"
         )
         .format(columns=_M_COLUMNS, memories=sql.Identifier(SCHEMA, "memories"), where=sql.SQL(where))
         .as_string(None)
     )
 
 
-# A statement whose plan holds for any values (an entry's neighbours: one step of the sessions' index from
-# each id's row) is planned once per connection rather than on every call, as `SEARCH_SETTINGS` has it.
+# A statement whose plan holds for any values (an entry's neighbours: one step of an index from each id's
+# row) is planned once per connection rather than on every call, as `SEARCH_SETTINGS` has it.
 GENERIC_PLAN = {"plan_cache_mode": "force_generic_plan"}
 
 

@@ -262,8 +262,8 @@ class PostgresMemoryStore:
         words, or when the scope is larger than their sample, which cannot tell). `query.min_score` is
         not applied: a store's crowd counts every entry. With `parts` (the vectors of a question's parts,
         `Asked.parts`), each part's nearest as well, read as the question's are (`Candidate.part`). With
-        `seeds`, the session neighbours (as `neighbours` reads them) of the `seeds` nearest in sessions and
-        of every word match in one, read ahead in the same statements (`Neighbours`)."""
+        `seeds`, the neighbours (as `neighbours` reads them) of the `seeds` nearest and of every word
+        match, read ahead in the same statements (`Neighbours`)."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -290,7 +290,7 @@ class PostgresMemoryStore:
         if seeds:
             rows = self._read_ahead(rows, neighbours, lambda row: bool(row["seeded"]))
         if matched and ahead:
-            matched[0] = self._read_ahead(matched[0], neighbours, lambda row: bool(row["session_id"]))
+            matched[0] = self._read_ahead(matched[0], neighbours, lambda row: True)
         unknown = unknown_share(matched[0]) if names and matched else 0.0
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
@@ -328,8 +328,9 @@ class PostgresMemoryStore:
         self, namespace: str, scope: Scope, query: SearchQuery, ids: Sequence[str]
     ) -> tuple[list[Candidate], dict[str, set[str]]]:
         """In one round trip: the entries written just before and just after each of `ids` in its store and
-        session that the search `query` could find (within `scope`, matching its filter, live, none it
-        excludes), each with its similarity to its vector; and which entries are beside which (both ways)."""
+        session, or its author's order (`statements.neighbours_statement`), that the search `query` could find
+        (within `scope`, matching its filter, live, none it excludes), each with its similarity to its vector;
+        and which entries are beside which (both ways)."""
         where, params = self._searching(namespace, scope, query)
         rows = await self.read(namespace, neighbours_statement(where), params | {"ids": list(ids)}, GENERIC_PLAN)
         read = Neighbours([(row["beside"], Candidate(self.record(row), 1.0 - float(row["distance"]))) for row in rows])

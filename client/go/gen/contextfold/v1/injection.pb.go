@@ -853,8 +853,10 @@ type CandidateReport struct {
 	// `behind_best` candidate, a `date` the question names, a `speaker` the
 	// question names, a better entry in its `session`, the share of its
 	// sentences that `states` rather than asks, and how far it `answers` a
-	// better turn before it that asks) and an `intercept`; `lexical` and `fused` under RANKING_HYBRID,
-	// `rerank` under RANKING_RERANK.
+	// better turn before it that asks; for an entry in no session, a better
+	// `written_neighbour` its author wrote just before or after it, and how far
+	// it `written_answers` the one before) and an `intercept`; `lexical` and
+	// `fused` under RANKING_HYBRID, `rerank` under RANKING_RERANK.
 	Signals map[string]float32 `protobuf:"bytes,6,rep,name=signals,proto3" json:"signals,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"fixed32,2,opt,name=value,proto3"`
 	// What became of it.
 	Verdict CandidateVerdict `protobuf:"varint,7,opt,name=verdict,proto3,enum=contextfold.v1.CandidateVerdict" json:"verdict,omitempty"`
