@@ -748,9 +748,9 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
 
 
-def test_the_neighbours_planned_once_for_a_connection_still_walk_the_sessions_index(postgres: Postgres) -> None:
+def test_the_neighbours_planned_once_for_a_connection_still_walk_the_neighbours_index(postgres: Postgres) -> None:
     """The neighbours' statement runs with a plan made once per connection (`GENERIC_PLAN`), for no
-    values in particular: it must still take each id's row by its key and one step of the sessions'
+    values in particular: it must still take each id's row by its key and one step of the neighbours'
     index to each side, however many entries the namespace holds."""
     ten_thousand_entries(postgres.url, "sessions", "'turn ' || g", session_id="'session ' || (g / 100)")
     where, params = entries_where(Scope(), None)
@@ -760,13 +760,13 @@ def test_the_neighbours_planned_once_for_a_connection_still_walk_the_sessions_in
     assert sorted((row["beside"], row["id"]) for row in found) == [
         ("t250", "t249"), ("t250", "t251"), ("t7050", "t7049"), ("t7050", "t7051"),
     ]  # fmt: skip
-    assert "memories_in_session" in read, read
+    assert "memories_beside" in read, read
     assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
 
 
-def test_the_neighbours_in_an_author_s_order_walk_their_own_index(postgres: Postgres) -> None:
+def test_the_neighbours_in_an_author_s_order_walk_the_neighbours_index(postgres: Postgres) -> None:
     """An entry in no session has for neighbours those its own author wrote just before and after it, whoever
-    else wrote between them: one step of the written order's index each, under the plan made once."""
+    else wrote between them: one step of the neighbours' index each, under the plan made once."""
     ten_thousand_entries(postgres.url, "written", "'turn ' || g", user_id="'user ' || mod(g, 2)")
     where, params = entries_where(Scope(), None)
     params |= {"namespace": "written", "exclude": [], "live_at": datetime.now(UTC), "ids": ["t250", "t7051"]}
@@ -775,7 +775,7 @@ def test_the_neighbours_in_an_author_s_order_walk_their_own_index(postgres: Post
     assert sorted((row["beside"], row["id"]) for row in found) == [
         ("t250", "t248"), ("t250", "t252"), ("t7051", "t7049"), ("t7051", "t7053"),
     ]  # fmt: skip
-    assert "memories_in_order" in read, read
+    assert "memories_beside" in read, read
     assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
 
 

@@ -289,23 +289,23 @@ def unknown_share(rows: list[dict[str, Any]]) -> float:
 # The entries written just before and just after an entry `c` (its store and `seq`) in its session, or, for an
 # entry in none, among the entries of its store in none written by its user and agent (in the order they were
 # written: turns stored without a session's id still have the turns beside them), within the entries' conditions
-# (`{where}`), each with its distance to `%(vector)b`. Each is one step of an index: the sessions' (migration
-# 16) or the written order's (migration 18), whose predicates it repeats: the planner does not carry them over
-# from `c`. Which of the two a `c` takes is decided by `c` alone, before either index is read.
+# (`{where}`), each with its distance to `%(vector)b`; an entry in no session and of no author has none. Each is
+# one step of the neighbours' index (migration 18), whose key it repeats (an entry in a session is keyed by it
+# alone, one in none by its author too): the planner does not carry it over from `c`.
 _SIDE = (
     " (SELECT {columns}, (m.embedding <=> %(vector)b)::float8 AS distance FROM {memories} m"
-    " WHERE m.namespace = %(namespace)s AND m.store = c.store AND {same}"
+    " WHERE m.namespace = %(namespace)s AND m.store = c.store AND m.session_id = c.session_id"
+    " AND (CASE WHEN m.session_id = '' THEN m.user_id ELSE '' END)"
+    " = (CASE WHEN c.session_id = '' THEN c.user_id ELSE '' END)"
+    " AND (CASE WHEN m.session_id = '' THEN m.agent_id ELSE '' END)"
+    " = (CASE WHEN c.session_id = '' THEN c.agent_id ELSE '' END)"
+    " AND (c.session_id <> '' OR c.user_id <> '' OR c.agent_id <> '')"
     " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
 )
-_IN_SESSION = "c.session_id <> '' AND m.session_id = c.session_id AND m.session_id <> ''"
-_IN_ORDER = (
-    "c.session_id = '' AND (c.user_id <> '' OR c.agent_id <> '')"
-    " AND m.session_id = '' AND m.user_id = c.user_id AND m.agent_id = c.agent_id"
-)
-_BESIDE = " UNION ALL".join(
-    _SIDE.replace("{same}", same).replace("{comparison}", comparison).replace("{order}", order)
-    for same in (_IN_SESSION, _IN_ORDER)
-    for comparison, order in (("<", "DESC"), (">", ""))
+_BESIDE = (
+    _SIDE.replace("{comparison}", "<").replace("{order}", "DESC")
+    + " UNION ALL"
+    + _SIDE.replace("{comparison}", ">").replace("{order}", "")
 )
 # A statement's candidates whose neighbours it reads too (`found` is what it found), and how those are read: `c`
 # each of them.
