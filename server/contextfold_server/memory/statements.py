@@ -290,8 +290,9 @@ def unknown_share(rows: list[dict[str, Any]]) -> float:
 # entry in none, among the entries of its store in none written by its user and agent (in the order they were
 # written: turns stored without a session's id still have the turns beside them), within the entries' conditions
 # (`{where}`), each with its distance to `%(vector)b`; an entry in no session and of no author has none. Each is
-# one step of the neighbours' index (migration 18), whose key it repeats (an entry in a session is keyed by it
-# alone, one in none by its author too): the planner does not carry it over from `c`.
+# one step of the neighbours' index (migration 18), whose key and predicate it repeats (an entry in a session is
+# keyed by it alone, one in none by its author too; one of neither is not in it): the planner does not carry them
+# over from `c`.
 _SIDE = (
     " (SELECT {columns}, (m.embedding <=> %(vector)b)::float8 AS distance FROM {memories} m"
     " WHERE m.namespace = %(namespace)s AND m.store = c.store AND m.session_id = c.session_id"
@@ -300,6 +301,7 @@ _SIDE = (
     " AND (CASE WHEN m.session_id = '' THEN m.agent_id ELSE '' END)"
     " = (CASE WHEN c.session_id = '' THEN c.agent_id ELSE '' END)"
     " AND (c.session_id <> '' OR c.user_id <> '' OR c.agent_id <> '')"
+    " AND (m.session_id <> '' OR m.user_id <> '' OR m.agent_id <> '')"
     " AND m.seq {comparison} c.seq AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY m.seq {order} LIMIT 1)"
 )
 _BESIDE = (
