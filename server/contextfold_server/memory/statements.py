@@ -309,9 +309,12 @@ _BESIDE = (
     + " UNION ALL"
     + _SIDE.replace("{comparison}", ">").replace("{order}", "")
 )
-# A statement's candidates whose neighbours it reads too (`found` is what it found), and how those are read: `c`
-# each of them.
-_SEEDS = " seeds AS MATERIALIZED (SELECT f.id, f.store, f.session_id, f.user_id, f.agent_id, f.seq FROM found f{order})"
+# A statement's candidates whose neighbours it reads too (`found` is what it found; those that can have any, in a
+# session or of an author), and how those are read: `c` each of them.
+_SEEDS = (
+    " seeds AS MATERIALIZED (SELECT f.id, f.store, f.session_id, f.user_id, f.agent_id, f.seq FROM found f"
+    " WHERE f.session_id <> '' OR f.user_id <> '' OR f.agent_id <> ''{order})"
+)
 _READ_BESIDE = " FROM seeds c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
 
 

@@ -290,7 +290,9 @@ class PostgresMemoryStore:
         if seeds:
             rows = self._read_ahead(rows, neighbours, lambda row: bool(row["seeded"]))
         if matched and ahead:
-            matched[0] = self._read_ahead(matched[0], neighbours, lambda row: True)
+            matched[0] = self._read_ahead(
+                matched[0], neighbours, lambda row: bool(row["session_id"] or row["user_id"] or row["agent_id"])
+            )
         unknown = unknown_share(matched[0]) if names and matched else 0.0
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
