@@ -541,6 +541,22 @@ def test_a_reply_beside_its_question_in_a_session_rises_toward_it(client: Client
     assert place_within <= 3, "among the turns about the class"
 
 
+# A conversation in which the turn nearest a question about the kittens' names only asks it, and the reply
+# after it answers.
+KITTENS = (
+    "Ana: We adopted two kittens from the shelter on Saturday.",
+    "Ben: Oh, they're adorable! What are your kittens called?",
+    "Ana: Luna and Oliver! They already rule the house.",
+    "Ben: I spent the weekend repainting the fence.",
+    "Ana: Which colour did you pick in the end?",
+    "Ben: A dark green, like the old one.",
+    "Ana: The garden must look lovely now.",
+    "Ben: It does. The roses are out too.",
+    "Ana: I'm starting the new job at the library on Monday.",
+    "Ben: Good luck! You'll be great at it.",
+)
+
+
 def test_the_reply_to_a_question_comes_before_the_turn_that_only_asks_it(client: Client, make_store) -> None:
     """The turn nearest to a question is often the same question asked in the conversation ("What are their
     names?"), which holds no answer; the default puts the reply that follows it first, and similarity does
@@ -548,20 +564,8 @@ def test_the_reply_to_a_question_comes_before_the_turn_that_only_asks_it(client:
     store = make_store("pets")
     prefix = unique("pets")
     session = unique("session")
-    turns = [
-        "Ana: We adopted two kittens from the shelter on Saturday.",
-        "Ben: Oh, they're adorable! What are your kittens called?",
-        "Ana: Luna and Oliver! They already rule the house.",
-        "Ben: I spent the weekend repainting the fence.",
-        "Ana: Which colour did you pick in the end?",
-        "Ben: A dark green, like the old one.",
-        "Ana: The garden must look lovely now.",
-        "Ben: It does. The roses are out too.",
-        "Ana: I'm starting the new job at the library on Monday.",
-        "Ben: Good luck! You'll be great at it.",
-    ]
     client.add_memories(
-        store, [{"id": f"{prefix}-{n}", "content": text, "session_id": session} for n, text in enumerate(turns)]
+        store, [{"id": f"{prefix}-{n}", "content": text, "session_id": session} for n, text in enumerate(KITTENS)]
     )
     ask = "What are Ana's kittens called?"
     result = client.inject([user(ask)], stores=[store], max_entries=2, explain=True)
@@ -583,23 +587,11 @@ def test_without_a_session_the_turn_its_author_wrote_next_answers_the_one_before
     no neighbours read."""
     store = make_store("pets")
     prefix = unique("written")
-    turns = [
-        "Ana: We adopted two kittens from the shelter on Saturday.",
-        "Ben: Oh, they're adorable! What are your kittens called?",
-        "Ana: Luna and Oliver! They already rule the house.",
-        "Ben: I spent the weekend repainting the fence.",
-        "Ana: Which colour did you pick in the end?",
-        "Ben: A dark green, like the old one.",
-        "Ana: The garden must look lovely now.",
-        "Ben: It does. The roses are out too.",
-        "Ana: I'm starting the new job at the library on Monday.",
-        "Ben: Good luck! You'll be great at it.",
-    ]
     author = unique("conversation")
     client.add_memories(
-        store, [{"id": f"{prefix}-{n}", "content": text, "user_id": author} for n, text in enumerate(turns)]
+        store, [{"id": f"{prefix}-{n}", "content": text, "user_id": author} for n, text in enumerate(KITTENS)]
     )
-    client.add_memories(store, [{"id": f"{prefix}-import-{n}", "content": text} for n, text in enumerate(turns)])
+    client.add_memories(store, [{"id": f"{prefix}-import-{n}", "content": text} for n, text in enumerate(KITTENS)])
     ask = "What are Ana's kittens called?"
     result = client.inject([user(ask)], stores=[store], scope={"user_id": author}, max_entries=2, explain=True)
     assert next(entry.id for entry in result.report.entries) == f"{prefix}-2"
@@ -748,33 +740,29 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
 
 
-def test_the_neighbours_planned_once_for_a_connection_still_walk_the_neighbours_index(postgres: Postgres) -> None:
+@pytest.mark.parametrize(
+    ("namespace", "column", "value", "beside"),
+    [
+        # Each entry in a session of 100: the turns just before and after it in its session.
+        ("sessions", "session_id", "'session ' || (g / 100)", {"t250": ("t249", "t251"), "t7050": ("t7049", "t7051")}),
+        # Two users writing in turns, no session: the entries its own author wrote just before and after it.
+        ("written", "user_id", "'user ' || mod(g, 2)", {"t250": ("t248", "t252"), "t7051": ("t7049", "t7053")}),
+    ],
+)
+def test_the_neighbours_planned_once_for_a_connection_still_walk_the_neighbours_index(
+    postgres: Postgres, namespace: str, column: str, value: str, beside: dict[str, tuple[str, str]]
+) -> None:
     """The neighbours' statement runs with a plan made once per connection (`GENERIC_PLAN`), for no
     values in particular: it must still take each id's row by its key and one step of the neighbours'
-    index to each side, however many entries the namespace holds."""
-    ten_thousand_entries(postgres.url, "sessions", "'turn ' || g", session_id="'session ' || (g / 100)")
+    index to each side, however many entries the namespace holds, in sessions or in an author's order."""
+    ten_thousand_entries(postgres.url, namespace, "'turn ' || g", **{column: value})
     where, params = entries_where(Scope(), None)
-    params |= {"namespace": "sessions", "exclude": [], "live_at": datetime.now(UTC), "ids": ["t250", "t7050"]}
+    params |= {"namespace": namespace, "exclude": [], "live_at": datetime.now(UTC), "ids": sorted(beside)}
     params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
-    found, read = planned_once(postgres.url, "sessions", neighbours_statement(where), params)
-    assert sorted((row["beside"], row["id"]) for row in found) == [
-        ("t250", "t249"), ("t250", "t251"), ("t7050", "t7049"), ("t7050", "t7051"),
-    ]  # fmt: skip
-    assert "memories_beside" in read, read
-    assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
-
-
-def test_the_neighbours_in_an_author_s_order_walk_the_neighbours_index(postgres: Postgres) -> None:
-    """An entry in no session has for neighbours those its own author wrote just before and after it, whoever
-    else wrote between them: one step of the neighbours' index each, under the plan made once."""
-    ten_thousand_entries(postgres.url, "written", "'turn ' || g", user_id="'user ' || mod(g, 2)")
-    where, params = entries_where(Scope(), None)
-    params |= {"namespace": "written", "exclude": [], "live_at": datetime.now(UTC), "ids": ["t250", "t7051"]}
-    params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
-    found, read = planned_once(postgres.url, "written", neighbours_statement(where), params)
-    assert sorted((row["beside"], row["id"]) for row in found) == [
-        ("t250", "t248"), ("t250", "t252"), ("t7051", "t7049"), ("t7051", "t7053"),
-    ]  # fmt: skip
+    found, read = planned_once(postgres.url, namespace, neighbours_statement(where), params)
+    assert sorted((row["beside"], row["id"]) for row in found) == sorted(
+        (entry, neighbour) for entry, pair in beside.items() for neighbour in pair
+    )
     assert "memories_beside" in read, read
     assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
 
