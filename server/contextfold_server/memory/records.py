@@ -34,6 +34,12 @@ class Scope:
         """The fields that are set, by column: a statement filters on these, as parameters."""
         return {column: value for column, value in vars(self).items() if value}
 
+    @property
+    def has_neighbours(self) -> bool:
+        """Whether an entry of this scope can have neighbours (entries written just before and after it): in
+        a session, or with an author (a user, an agent) to order by; as `statements._BESIDE` reads them."""
+        return bool(self.session_id or self.user_id or self.agent_id)
+
 
 UNSCOPED = Scope()
 

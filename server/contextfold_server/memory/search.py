@@ -277,8 +277,8 @@ class MemorySearcher:
         worded = ranking.with_words(standing, lexical)
         best = sorted(worded, key=lambda entry: -worded[entry])[: ranking.NEIGHBOURS_OF * query.limit]
         beside: dict[str, set[str]] = {}
-        # Entries of no session and no author have no neighbours (`statements._BESIDE`): none to read.
-        placed = [entry for entry in best if _has_neighbours(found[entry])]
+        # Entries of no session and no author have no neighbours: none to read.
+        placed = [entry for entry in best if found[entry].memory.scope.has_neighbours]
         if placed:
             # Read ahead with the candidates, unless one of the best was not among those whose were.
             neighbours, beside = ahead.of(placed)
@@ -354,12 +354,6 @@ class MemorySearcher:
             )
 
         return search
-
-
-def _has_neighbours(candidate: Candidate) -> bool:
-    """Whether an entry can have neighbours: it is in a session, or has an author (a user, an agent)."""
-    scope = candidate.memory.scope
-    return bool(scope.session_id or scope.user_id or scope.agent_id)
 
 
 def _session(candidate: Candidate) -> tuple[str, str] | None:

@@ -184,7 +184,7 @@ def candidates_statement(
         seeds = _SEEDS.format(order=" ORDER BY f.distance LIMIT %(seeds)s")
         read = (
             f"{_KNOWN_STORES}, found AS MATERIALIZED ({nearest}),{seeds} SELECT {_KNOWN_ONCE},"
-            " f.*, f.id IN (SELECT s.id FROM seeds s) AS seeded, NULL::text AS beside"
+            f" f.*, {_SEEDED}, NULL::text AS beside"
             f" FROM (SELECT 1) AS one LEFT JOIN found f ON true UNION ALL SELECT NULL, n.*, false, c.id{_READ_BESIDE}"
         )
     else:
@@ -215,7 +215,8 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
     `%(named)s` (a question's names; a name that is only a stopword does not count) none of the entries
     its words were weighed among holds, and how many those were: read from the same sample, and always
     on a row of its own when no entry matches (`unknown_share`). With `beside` (under `word_matches`),
-    the neighbours of every entry found come too, as `candidates_statement` reads them.
+    the neighbours of every entry found come too, as `candidates_statement` reads them (each entry whose
+    neighbours were looked for `seeded`).
     Composed once per shape."""
     weighed = (
         " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
@@ -224,9 +225,9 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
     if lexical == "word_matches" and beside:
         matched = _WEIGHED_WORDS + _NAMED + ", found AS MATERIALIZED (" + weighed
         ending = (
-            ")," + _SEEDS.format(order="") + " SELECT " + _NAMED_ONCE + ", f.*, NULL::text AS beside"
+            ")," + _SEEDS.format(order="") + " SELECT " + _NAMED_ONCE + ", f.*, " + _SEEDED + ", NULL::text AS beside"
             " FROM (SELECT 1) AS one LEFT JOIN found f ON true"
-            " UNION ALL SELECT NULL, NULL, NULL, n.*, NULL::float8, c.id" + _READ_BESIDE
+            " UNION ALL SELECT NULL, NULL, NULL, n.*, NULL::float8, false, c.id" + _READ_BESIDE
         )
     elif lexical == "word_matches":
         matched = _WEIGHED_WORDS + _NAMED + " SELECT " + _NAMED_ONCE + ", found.* FROM (SELECT 1) AS one LEFT JOIN ("
@@ -316,6 +317,8 @@ _SEEDS = (
     " WHERE f.session_id <> '' OR f.user_id <> '' OR f.agent_id <> ''{order})"
 )
 _READ_BESIDE = " FROM seeds c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
+# Whether a found entry's neighbours were looked for (it is among the seeds).
+_SEEDED = "f.id IN (SELECT s.id FROM seeds s) AS seeded"
 
 
 @functools.lru_cache(maxsize=32)

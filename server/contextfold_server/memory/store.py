@@ -288,11 +288,9 @@ class PostgresMemoryStore:
         by_part, matched = read[: len(parts)], read[len(parts) :]
         neighbours = Neighbours()
         if seeds:
-            rows = self._read_ahead(rows, neighbours, lambda row: bool(row["seeded"]))
+            rows = self._read_ahead(rows, neighbours)
         if matched and ahead:
-            matched[0] = self._read_ahead(
-                matched[0], neighbours, lambda row: bool(row["session_id"] or row["user_id"] or row["agent_id"])
-            )
+            matched[0] = self._read_ahead(matched[0], neighbours)
         unknown = unknown_share(matched[0]) if names and matched else 0.0
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
@@ -311,18 +309,16 @@ class PostgresMemoryStore:
                 found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
         return known_stores(rows), found, unknown, neighbours
 
-    def _read_ahead(
-        self, rows: list[dict[str, Any]], neighbours: Neighbours, seeded: Callable[[dict[str, Any]], bool]
-    ) -> list[dict[str, Any]]:
+    def _read_ahead(self, rows: list[dict[str, Any]], neighbours: Neighbours) -> list[dict[str, Any]]:
         """A statement's rows but the neighbours it read ahead (`beside`), which go to `neighbours` with the
-        ids whose neighbours it read (`seeded`)."""
+        ids whose neighbours it looked for (`seeded`)."""
         kept = []
         for row in rows:
             if row["beside"] is not None:
                 neighbours.pairs.append((row["beside"], Candidate(self.record(row), 1.0 - float(row["distance"]))))
             else:
                 kept.append(row)
-                if row["id"] is not None and seeded(row):
+                if row["id"] is not None and row["seeded"]:
                     neighbours.covered.add(row["id"])
         return kept
 
