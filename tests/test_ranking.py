@@ -611,6 +611,8 @@ def test_the_share_of_an_entry_that_states_rather_than_asks() -> None:
     assert states("Ana: Luna and Oliver! They already rule the house.") == 1.0
     assert states('She asked "which one?" and left.') == 0.5
     assert states("") == 1.0
+    assert states("  \n ") == 1.0
+    assert states("Ana: Is it? Yes.\nBen: Great. Fine! Sure?") == 0.6
 
 
 def test_the_session_neighbours_come_in_the_candidates_own_round_trip(

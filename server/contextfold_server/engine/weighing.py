@@ -98,7 +98,9 @@ class Weighing:
         return {name: self.weights.get(name, 0.0) * value for name, value in signals.items()}
 
     def score(self, signals: Mapping[str, float]) -> float:
-        return self.intercept + sum(self.contributions(signals).values())
+        """The intercept and what each signal adds (`contributions`), summed without keeping each."""
+        weights = self.weights
+        return self.intercept + sum(weights.get(name, 0.0) * value for name, value in signals.items())
 
     def gate_score(self, signals: Mapping[str, float]) -> float:
         return self.gate_intercept + sum(weight * signals.get(name, 0.0) for name, weight in self.gate_weights.items())
@@ -301,7 +303,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+")
 def states(content: str) -> float:
     """The share of an entry's sentences that state something rather than ask: a turn that only asks
     ("What are their names?") holds no answer, however near it is to the question; the reply that follows
-    it does. 1 for an entry without a question."""
+    it does. 1 for an entry without a question (most entries: read without splitting them)."""
+    if "?" not in content:
+        return 1.0
     sentences = [part for part in _SENTENCE_END.split(content.strip()) if part.strip()]
     if not sentences:
         return 1.0
