@@ -98,9 +98,7 @@ class Weighing:
         return {name: self.weights.get(name, 0.0) * value for name, value in signals.items()}
 
     def score(self, signals: Mapping[str, float]) -> float:
-        """The intercept and what each signal adds (`contributions`), summed without keeping each."""
-        weights = self.weights
-        return self.intercept + sum(weights.get(name, 0.0) * value for name, value in signals.items())
+        return self.intercept + sum(self.contributions(signals).values())
 
     def gate_score(self, signals: Mapping[str, float]) -> float:
         return self.gate_intercept + sum(weight * signals.get(name, 0.0) for name, weight in self.gate_weights.items())
