@@ -24,7 +24,7 @@ from contextfold_server.engine.ranking import (
     stand_out_scores,
     store_aware,
 )
-from contextfold_server.engine.weighing import MOST_PARTS, question_parts, states
+from contextfold_server.engine.weighing import MOST_PARTS, question_parts, speakers, specific, states
 from contextfold_server.memory.records import Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
@@ -592,11 +592,13 @@ def test_without_a_session_the_turn_its_author_wrote_next_answers_the_one_before
         store, [{"id": f"{prefix}-{n}", "content": text, "user_id": author} for n, text in enumerate(KITTENS)]
     )
     client.add_memories(store, [{"id": f"{prefix}-import-{n}", "content": text} for n, text in enumerate(KITTENS)])
-    ask = "What are Ana's kittens called?"
+    # Naming no speaker: the turn that asks is as near the question as the reply is.
+    ask = "What are the kittens called?"
     result = client.inject([user(ask)], stores=[store], scope={"user_id": author}, max_entries=2, explain=True)
     assert next(entry.id for entry in result.report.entries) == f"{prefix}-2"
-    reply = _candidate(result, f"{prefix}-2")
+    reply, question = _candidate(result, f"{prefix}-2"), _candidate(result, f"{prefix}-1")
     assert reply.inputs["written_answers"] > 0 and reply.signals["written_answers"] > 0, "it answers the turn before"
+    assert reply.score - reply.signals["written_answers"] < question.score, "answering it is what puts it first"
     assert reply.inputs["answers"] == 0 and reply.inputs["neighbour"] == 0, "in no session: the session's are not"
     imported = client.inject([user(ask)], stores=[store], max_entries=10, explain=True)
     for candidate in imported.report.candidates:
@@ -613,6 +615,18 @@ def test_the_share_of_an_entry_that_states_rather_than_asks() -> None:
     assert states("") == 1.0
     assert states("  \n ") == 1.0
     assert states("Ana: Is it? Yes.\nBen: Great. Fine! Sure?") == 0.6
+
+
+def test_how_specifically_an_entry_says_which_one() -> None:
+    people = speakers(["John: Have you read it?", "Tim: Not yet.", "a note without a speaker"])
+    assert people == {"john", "tim"}
+    assert specific("John: I'm reading \"Dune\" by Frank Herbert. It's great.", people) == 1.0
+    assert specific("John: I'm reading a great book. I highly recommend it!", people) == 0.0
+    # A speaker's name and a word beginning a sentence, a bracket or a colon's clause say nothing of which one.
+    assert specific("Tim: Thanks, John! Books (Mostly) help: Always.", people) == 0.0
+    assert specific("Tim: Thanks, John! I read it in 2019 with Maria.", people) == 0.5
+    assert specific("It's by Patrick Rothfuss, and Maria's copy is signed in 3 places.", frozenset()) == 1.0
+    assert specific("", frozenset()) == 0.0
 
 
 def test_the_session_neighbours_come_in_the_candidates_own_round_trip(
@@ -936,3 +950,54 @@ def test_a_question_is_in_parts_only_where_it_asks_a_second_thing() -> None:
     # A list of questions is not a question: more than MOST_PARTS are searched whole.
     many = " ".join(f"What is item {n} called?" for n in range(MOST_PARTS + 1))
     assert question_parts(many) == ()
+
+
+# Turns of one conversation, each topic said once in general and once by name: asked which one, the turn that
+# names it answers, though the turn that only talks of the topic is nearer the question in meaning.
+WHICH_ONES = {
+    "films": (
+        "John: I watch a lot of films, usually late at night.",
+        'John: I watched "Spirited Away" and "Paprika" last week, great films.',
+        "Which films has John watched?",
+    ),
+    "books": (
+        "John: I read a lot of books, usually late at night.",
+        'John: I read "Dune" and "Emma" last month, great books.',
+        "What books has John read?",
+    ),
+    "games": (
+        "John: I've played a lot of board games, usually with friends.",
+        "John: I played Catan, Azul, Dixit and Carcassonne with friends, great board games.",
+        "Which board games has John played?",
+    ),
+    "cities": (
+        "John: I've visited a lot of cities, usually in the summer.",
+        "John: I visited Lisbon, Porto, Seville and Madrid last summer, great cities.",
+        "Which cities has John visited?",
+    ),
+}
+
+
+def test_asked_which_one_the_turn_that_names_it_comes_before_the_turn_that_only_talks_of_it(
+    client: Client, make_store
+) -> None:
+    store = make_store("which")
+    prefix = unique("which")
+    session = unique("session")
+    turns = [
+        (f"{prefix}-{topic}-{kind}", text)
+        for topic, (general, named, _) in WHICH_ONES.items()
+        for kind, text in (("general", general), ("named", named))
+    ]
+    client.add_memories(store, [{"id": key, "content": text, "session_id": session} for key, text in turns])
+    decided = 0
+    for topic, (_, _, asked) in WHICH_ONES.items():
+        result = client.inject([user(asked)], stores=[store], scope={"session_id": session}, explain=True)
+        shown = [entry.id for entry in result.report.entries]
+        named, general = _candidate(result, f"{prefix}-{topic}-named"), _candidate(result, f"{prefix}-{topic}-general")
+        assert named.inputs["specific"] == 1.0 and general.inputs["specific"] == 0.0, topic
+        assert general.similarity > named.similarity, f"{topic}: the general turn is nearer in meaning"
+        assert shown.index(named.id) < shown.index(general.id), (topic, shown)
+        # Without what naming it adds, would the general turn come first?
+        decided += named.score - named.signals["specific"] < general.score
+    assert decided >= len(WHICH_ONES) - 1, "naming which one decided the order"

@@ -5,14 +5,14 @@ The signals are cheap, read from what the search fetched (engine/ranking.py has 
 the words and the neighbours): the similarity, its lead over the store's crowd and over the
 best candidate, the query's words held, a better neighbour or a better entry in the same
 session, a date the question names, a speaker the question names, whether it states something
-or only asks, and a better turn just before it that asks what it answers; for an entry in no
-session, its neighbours are those its author (a user, an agent) wrote just before and after it,
-weighed by signals of their own. A candidate's score is
-the weighed sum of its signals; the silence gate weighs them as a log-odds of relevance (a
-logistic fit), the order with those weights tuned for what the first five hold. The weights and
-the silence threshold are plain numbers in `weighing.json`, fitted by `bench/weighing.py` on
-LoCoMo's development conversations and our own labelled sets, and judged there by
-cross-validation (fitted without a conversation or set, scored on it, in turn).
+or only asks, a better turn just before it that asks what it answers, and how specifically it
+says which one (names, numbers, titles); for an entry in no session, its neighbours are those
+its author (a user, an agent) wrote just before and after it, weighed by signals of their own.
+A candidate's score is the weighed sum of its signals; the silence gate weighs them as a
+log-odds of relevance (a logistic fit), the order with those weights tuned for what the first
+five hold. The weights and the silence threshold are plain numbers in `weighing.json`, fitted by
+`bench/weighing.py` on LoCoMo's development conversations and our own labelled sets, and judged
+there by cross-validation (fitted without a conversation or set, scored on it, in turn).
 
 These are pure functions: the search gathers what they weigh.
 """
@@ -42,6 +42,7 @@ SIGNALS = (
     "answers",
     "written_neighbour",
     "written_answers",
+    "specific",
 )
 # What the order's weights are fitted over: `standing` (the similarity, twice its lead over the crowd and 1.5
 # times the words' share: `ranking.with_words`) in place of its three parts. Fitted apart, the parts trade
@@ -58,6 +59,7 @@ FITTED_SIGNALS = (
     "answers",
     "written_neighbour",
     "written_answers",
+    "specific",
 )
 # The signals the silence gate weighs (its weights are fitted apart from the order's, `weighing.json`).
 GATE_SIGNALS = FITTED_SIGNALS
@@ -292,6 +294,55 @@ def speaker_named(content: str, words: frozenset[str]) -> float:
     if not found:
         return 0.0
     return 1.0 if any(part.lower() in words for part in found[1].split()) else 0.0
+
+
+def speakers(contents: Iterable[str]) -> frozenset[str]:
+    """The words of the speakers' names of the turns among `contents` (`Speaker: …`), lower-cased: the
+    people of a conversation, whose names say nothing about which of its turns answers."""
+    return frozenset(
+        part.lower() for content in contents if (found := _SPEAKER.match(content)) for part in found[1].split()
+    )
+
+
+# Titles in quotes: "Dune", “The Alchemist”.
+_QUOTED = re.compile(r"\"[^\"\n]{2,60}\"|\u201c[^\u201d\n]{2,60}\u201d")
+# The words that may say which one: those beginning with a digit or a capital (or a letter beyond ASCII's,
+# checked after), read in one pass.
+_MAY_NAME = re.compile(r"(?<!\w)[^\W_a-z][\w'\u2019-]*")
+# A word that begins a sentence (or follows an opening bracket or a colon) is capitalised whatever it is.
+_OPENS = ".!?[(:"
+# The words that say which one, counted up to this many (the signal is their share of it), in an entry's
+# first `_SPECIFIC_READ` characters: a long entry costs the ranking no more than a short one.
+SPECIFIC_MOST = 4
+_SPECIFIC_READ = 2000
+
+
+def specific(content: str, people: frozenset[str]) -> float:
+    """How specifically an entry says which one: its numbers, capitalised words that do not begin a sentence
+    (a name, a title, a place; not `I`, nor one of `people`, the conversation's speakers, `speakers`) and
+    titles in quotes, up to `SPECIFIC_MOST`, as a share of that. Asked which books someone read, "I'm
+    reading \"Dune\" by Frank Herbert" answers; "I'm reading a great book" only says there was one."""
+    found = _SPEAKER.match(content)
+    body = content[found.end() :] if found else content
+    count = len(_QUOTED.findall(body, 0, _SPECIFIC_READ)) if '"' in body or "\u201c" in body else 0
+    for word in _MAY_NAME.finditer(body, 0, _SPECIFIC_READ):
+        if count >= SPECIFIC_MOST:
+            break
+        text = word.group()
+        if text[0].isdigit():
+            count += 1
+        elif text[0].isupper() and not _begins_sentence(body, word.start()):
+            bare = _POSSESSIVE.sub("", text).lower()
+            count += bare not in _NOT_NAMES and bare not in people
+    return min(count, SPECIFIC_MOST) / SPECIFIC_MOST
+
+
+def _begins_sentence(text: str, start: int) -> bool:
+    """Whether the word at `start` begins `text` or a sentence of it (`_OPENS` before it, spaces apart)."""
+    at = start - 1
+    while at >= 0 and text[at].isspace():
+        at -= 1
+    return at < 0 or text[at] in _OPENS
 
 
 # Where one sentence ends and the next begins: after its closing mark (and any closing quote or bracket).

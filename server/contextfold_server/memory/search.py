@@ -26,6 +26,8 @@ from ..engine.weighing import (
     entry_date,
     on_a_date,
     speaker_named,
+    speakers,
+    specific,
     states,
     words_copy,
 )
@@ -293,6 +295,7 @@ class MemorySearcher:
         scores: dict[str, float] = {}
         gate_scores: dict[str, float] = {}
         stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
+        people = speakers(candidate.memory.content for candidate in found.values())
         for entry, candidate in found.items():
             own = worded[entry]
             before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
@@ -315,6 +318,7 @@ class MemorySearcher:
                 "answers": answering if in_session else 0.0,
                 "written_neighbour": 0.0 if in_session else neighbouring,
                 "written_answers": 0.0 if in_session else answering,
+                "specific": specific(candidate.memory.content, people),
             }
             scores[entry] = weighing.score(values)
             gate_scores[entry] = weighing.gate_score(values)

@@ -398,7 +398,8 @@ export type CandidateReport = Message<"contextfold.v1.CandidateReport"> & {
    * `behind_best` candidate, a `date` the question names, a `speaker` the
    * question names, a better entry in its `session`, the share of its
    * sentences that `states` rather than asks, and how far it `answers` a
-   * better turn before it that asks; for an entry in no session, a better
+   * better turn before it that asks, how `specific` it is (the names, numbers
+   * and titles it holds); for an entry in no session, a better
    * `written_neighbour` its author wrote just before or after it, and how far
    * it `written_answers` the one before) and an `intercept`; `lexical` and
    * `fused` under RANKING_HYBRID, `rerank` under RANKING_RERANK.
