@@ -24,7 +24,7 @@ from contextfold_server.engine.ranking import (
     stand_out_scores,
     store_aware,
 )
-from contextfold_server.engine.weighing import MOST_PARTS, question_parts, speakers, specific, states
+from contextfold_server.engine.weighing import MOST_PARTS, SPECIFIC_MOST, question_parts, speakers, specific, states
 from contextfold_server.memory.records import Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
@@ -583,8 +583,8 @@ def test_the_reply_to_a_question_comes_before_the_turn_that_only_asks_it(client:
 def test_without_a_session_the_turn_its_author_wrote_next_answers_the_one_before(client: Client, make_store) -> None:
     """Turns stored without a session's id still have neighbours: the entries their author (here, the
     conversation's user) wrote just before and after them. The reply written after the question it answers
-    comes first, by the signals of that order; the same turns stored by nobody in particular (an import) have
-    no neighbours read."""
+    is shown, by the signals of that order, where it would not be without them; the same turns stored by
+    nobody in particular (an import) have no neighbours read."""
     store = make_store("pets")
     prefix = unique("written")
     author = unique("conversation")
@@ -592,13 +592,16 @@ def test_without_a_session_the_turn_its_author_wrote_next_answers_the_one_before
         store, [{"id": f"{prefix}-{n}", "content": text, "user_id": author} for n, text in enumerate(KITTENS)]
     )
     client.add_memories(store, [{"id": f"{prefix}-import-{n}", "content": text} for n, text in enumerate(KITTENS)])
-    # Naming no speaker: the turn that asks is as near the question as the reply is.
+    # Naming no speaker: the turns that name the kittens are nearer the question than the reply is.
     ask = "What are the kittens called?"
     result = client.inject([user(ask)], stores=[store], scope={"user_id": author}, max_entries=2, explain=True)
-    assert next(entry.id for entry in result.report.entries) == f"{prefix}-2"
-    reply, question = _candidate(result, f"{prefix}-2"), _candidate(result, f"{prefix}-1")
+    shown = [entry.id for entry in result.report.entries]
+    assert f"{prefix}-2" in shown, shown
+    reply = _candidate(result, f"{prefix}-2")
     assert reply.inputs["written_answers"] > 0 and reply.signals["written_answers"] > 0, "it answers the turn before"
-    assert reply.score - reply.signals["written_answers"] < question.score, "answering it is what puts it first"
+    # Without what answering adds, as many others as there are places would come before it.
+    without = reply.score - reply.signals["written_answers"]
+    assert sum(c.score > without for c in result.report.candidates if c.inputs and c.id != reply.id) >= len(shown)
     assert reply.inputs["answers"] == 0 and reply.inputs["neighbour"] == 0, "in no session: the session's are not"
     imported = client.inject([user(ask)], stores=[store], max_entries=10, explain=True)
     for candidate in imported.report.candidates:
@@ -620,12 +623,14 @@ def test_the_share_of_an_entry_that_states_rather_than_asks() -> None:
 def test_how_specifically_an_entry_says_which_one() -> None:
     people = speakers(["John: Have you read it?", "Tim: Not yet.", "a note without a speaker"])
     assert people == {"john", "tim"}
-    assert specific("John: I'm reading \"Dune\" by Frank Herbert. It's great.", people) == 1.0
+    # A title in quotes, and each of its and a name's capitalised words.
+    assert specific("John: I'm reading \"Dune\" by Frank Herbert. It's great.", people) == 4 / SPECIFIC_MOST
     assert specific("John: I'm reading a great book. I highly recommend it!", people) == 0.0
     # A speaker's name and a word beginning a sentence, a bracket or a colon's clause say nothing of which one.
     assert specific("Tim: Thanks, John! Books (Mostly) help: Always.", people) == 0.0
-    assert specific("Tim: Thanks, John! I read it in 2019 with Maria.", people) == 0.5
-    assert specific("It's by Patrick Rothfuss, and Maria's copy is signed in 3 places.", frozenset()) == 1.0
+    assert specific("Tim: Thanks, John! I read it in 2019 with Maria.", people) == 2 / SPECIFIC_MOST
+    many = "It's by Patrick Rothfuss, and Maria's copy from Lisbon is signed in 3 places, in 2019 and 2020."
+    assert specific(many, frozenset()) == 1.0, "counted up to SPECIFIC_MOST"
     assert specific("", frozenset()) == 0.0
 
 
@@ -995,7 +1000,7 @@ def test_asked_which_one_the_turn_that_names_it_comes_before_the_turn_that_only_
         result = client.inject([user(asked)], stores=[store], scope={"session_id": session}, explain=True)
         shown = [entry.id for entry in result.report.entries]
         named, general = _candidate(result, f"{prefix}-{topic}-named"), _candidate(result, f"{prefix}-{topic}-general")
-        assert named.inputs["specific"] == 1.0 and general.inputs["specific"] == 0.0, topic
+        assert named.inputs["specific"] >= 0.5 and general.inputs["specific"] == 0.0, topic
         assert general.similarity > named.similarity, f"{topic}: the general turn is nearer in meaning"
         assert shown.index(named.id) < shown.index(general.id), (topic, shown)
         # Without what naming it adds, would the general turn come first?

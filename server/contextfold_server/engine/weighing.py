@@ -312,8 +312,9 @@ _MAY_NAME = re.compile(r"(?<!\w)[^\W_a-z][\w'\u2019-]*")
 # A word that begins a sentence (or follows an opening bracket or a colon) is capitalised whatever it is.
 _OPENS = ".!?[(:"
 # The words that say which one, counted up to this many (the signal is their share of it), in an entry's
-# first `_SPECIFIC_READ` characters: a long entry costs the ranking no more than a short one.
-SPECIFIC_MOST = 4
+# first `_SPECIFIC_READ` characters: a long entry costs the ranking no more than a short one. Chosen among 2, 3,
+# 4 and 6 by bench/weighing.py's cross-validation (docs/injection.md, "The default's weighing").
+SPECIFIC_MOST = 6
 _SPECIFIC_READ = 2000
 
 
