@@ -97,6 +97,25 @@ def test_bad_remember_requests_are_refused_by_field(client: Client, make_store) 
     assert list(client.list_memories(store)) == []
 
 
+def test_a_turn_to_remember_holding_a_control_character_is_refused_by_its_block(client: Client, make_store) -> None:
+    """An entry's content holds no control character (AddMemories refuses one, and Postgres' text cannot hold
+    a NUL): a turn Remember would store is refused by the block that holds one, and nothing is stored. A turn
+    of a role not remembered is not stored, and may hold what it likes."""
+    store = make_store()
+    for control in ("\x00", "\x1b"):
+        conversation = [
+            user("I like green tea."),
+            {"role": "user", "content": [{"text": "ok"}, {"text": f"wha{control}t"}]},
+        ]
+        with pytest.raises(InvalidArgument) as refused:
+            client.remember(store, conversation)
+        field, reason = refused.value.field_violations[0]
+        assert field == "messages[1].content[1].text" and "control characters" in reason and repr(control) in reason
+    assert list(client.list_memories(store)) == []
+    done = client.remember(store, [user("I like green tea."), assistant("Noted\x00, with \x1b[1mtea\x1b[0m.")])
+    assert [m.memory.content for m in done.memories] == ["I like green tea."]
+
+
 @pytest.fixture(scope="module")
 def chat() -> Iterator[FakeChat]:
     fake = FakeChat()

@@ -119,6 +119,12 @@ def check_text(value: str, field: str, limit: int, *, multiline: bool = True) ->
     are text, where it may span lines)."""
     if len(value) > limit:
         raise InvalidArgument.of(field, f"holds {len(value)} characters; the limit is {limit}")
+    return check_characters(value, field, multiline=multiline)
+
+
+def check_characters(value: str, field: str, *, multiline: bool = True) -> str:
+    """Text with no NUL or other control character (tab and line breaks are text, where it may span
+    lines): what an entry's content may hold, and Postgres' text can (it holds no NUL)."""
     control = (_CONTROL_IN_TEXT if multiline else _CONTROL_IN_LINE).search(value)
     if control:
         raise InvalidArgument.of(

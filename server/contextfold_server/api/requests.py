@@ -42,6 +42,7 @@ from .fields import (
     MAX_ENTRIES_LIMIT,
     MAX_MESSAGES,
     MAX_METADATA_BYTES,
+    check_characters,
     check_content,
     check_content_blocks,
     check_count,
@@ -675,6 +676,7 @@ def parse_remember(request: memory_pb2.RememberRequest, caller: Caller, capabili
     turns = turns_from_messages(request.messages)
     scope = _confined_scope(request.scope, "scope", caller)
     roles = _roles(request.roles, "roles")
+    _remembered_text(request.messages, roles or {Role.USER})
     if request.min_chars < 0:
         raise InvalidArgument.of("min_chars", f"must not be negative, got {request.min_chars}")
     check_text(request.conversation_id, "conversation_id", MAX_CONVERSATION_ID_CHARS, multiline=False)
@@ -682,6 +684,18 @@ def parse_remember(request: memory_pb2.RememberRequest, caller: Caller, capabili
     identity = (store, scope.user_id, scope.agent_id, scope.session_id, request.conversation_id)
     spoken = spoken_turns(turns, roles or {Role.USER}, max(1, request.min_chars), identity)
     return RememberCall(store, scope, spoken, metadata, request.extract)
+
+
+def _remembered_text(messages: Sequence[conversation_pb2.Message], roles: set[Role]) -> None:
+    """Refuse, naming its block, a control character in the text of a turn of `roles` (those Remember
+    stores): an entry holds none, as AddMemories has it (and an export imports again), and Postgres'
+    text cannot hold a NUL. Another role's turns are not stored: they may hold what they like."""
+    for index, message in enumerate(messages):
+        if _ROLES.get(message.role) not in roles:
+            continue
+        for position, block in enumerate(message.content):
+            if block.WhichOneof("block") == "text":
+                check_characters(block.text, f"messages[{index}].content[{position}].text")
 
 
 # Providers
