@@ -112,7 +112,10 @@ def test_a_turn_to_remember_holding_a_control_character_is_refused_by_its_block(
         field, reason = refused.value.field_violations[0]
         assert field == "messages[1].content[1].text" and "control characters" in reason and repr(control) in reason
     assert list(client.list_memories(store)) == []
-    done = client.remember(store, [user("I like green tea."), assistant("Noted\x00, with \x1b[1mtea\x1b[0m.")])
+    # Nor is what was injected, repeated as text (a provider's answer may hold what it likes).
+    region = '<memory>\n<entry source="shell">\x1b[1mtea\x1b[0m</entry>\n</memory>'
+    asked = {"role": "user", "content": [{"text": region}, {"text": "I like green tea."}]}
+    done = client.remember(store, [asked, assistant("Noted\x00, with \x1b[1mtea\x1b[0m.")])
     assert [m.memory.content for m in done.memories] == ["I like green tea."]
 
 

@@ -31,7 +31,7 @@ from ..engine.format import MemoryFormat
 from ..engine.memory import DEFAULT_MAX_ENTRIES, MEMORY_SOURCE, MemoryRequest, SearchQuery
 from ..engine.ranking import Ranking
 from ..engine.region import COALESCED_SOURCE
-from ..engine.remember import SpokenTurn, spoken_turns
+from ..engine.remember import SpokenTurn, injected_texts, is_own, spoken_turns
 from ..engine.trigger import Trigger
 from ..errors import FieldViolation, InvalidArgument, Unavailable
 from ..memory.records import UPDATABLE, ImportedMemory, MemoryChange, NewMemory, Scope, StoreRecord
@@ -676,7 +676,7 @@ def parse_remember(request: memory_pb2.RememberRequest, caller: Caller, capabili
     turns = turns_from_messages(request.messages)
     scope = _confined_scope(request.scope, "scope", caller)
     roles = _roles(request.roles, "roles")
-    _remembered_text(request.messages, roles or {Role.USER})
+    _remembered_text(request.messages, roles or {Role.USER}, injected_texts(turns))
     if request.min_chars < 0:
         raise InvalidArgument.of("min_chars", f"must not be negative, got {request.min_chars}")
     check_text(request.conversation_id, "conversation_id", MAX_CONVERSATION_ID_CHARS, multiline=False)
@@ -686,15 +686,16 @@ def parse_remember(request: memory_pb2.RememberRequest, caller: Caller, capabili
     return RememberCall(store, scope, spoken, metadata, request.extract)
 
 
-def _remembered_text(messages: Sequence[conversation_pb2.Message], roles: set[Role]) -> None:
-    """Refuse, naming its block, a control character in the text of a turn of `roles` (those Remember
-    stores): an entry holds none, as AddMemories has it (and an export imports again), and Postgres'
-    text cannot hold a NUL. Another role's turns are not stored: they may hold what they like."""
+def _remembered_text(messages: Sequence[conversation_pb2.Message], roles: set[Role], injected: set[str]) -> None:
+    """Refuse, naming its block, a control character in a text block Remember would store (a turn of
+    `roles`, its own words: `engine.remember.is_own`): an entry holds none, as AddMemories has it (and an
+    export imports again), and Postgres' text cannot hold a NUL. What it does not store (another role's
+    turns, injected context repeated) may hold what it likes."""
     for index, message in enumerate(messages):
         if _ROLES.get(message.role) not in roles:
             continue
         for position, block in enumerate(message.content):
-            if block.WhichOneof("block") == "text":
+            if block.WhichOneof("block") == "text" and is_own(block.text, injected):
                 check_characters(block.text, f"messages[{index}].content[{position}].text")
 
 

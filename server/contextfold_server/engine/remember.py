@@ -39,15 +39,26 @@ def spoken_turns(
     """The turns of `roles` whose own text (injected context left out) has at least `min_chars`
     characters, each known by `identity` (store, scope, conversation), its role and its text. A turn
     repeated word for word is one turn."""
-    injected = {ref.text for turn in turns for ref in turn.injected if ref.text}
+    injected = injected_texts(turns)
     spoken: dict[str, SpokenTurn] = {}
     for turn in turns:
         if turn.role not in roles:
             continue
-        own = [text for text in turn.texts if text not in injected and not _MEMORY_REGION.match(text)]
+        own = [text for text in turn.texts if is_own(text, injected)]
         text = "\n".join(own).strip()
         if len(text) < min_chars:
             continue
         known_by = json.dumps([*identity, turn.role.value, text], ensure_ascii=False, separators=(",", ":"))
         spoken.setdefault(known_by, SpokenTurn(turn.role, text, known_by))
     return list(spoken.values())
+
+
+def injected_texts(turns: Sequence[Turn]) -> set[str]:
+    """The texts of the conversation's injected blocks: a text block repeating one is not a turn's own."""
+    return {ref.text for turn in turns for ref in turn.injected if ref.text}
+
+
+def is_own(text: str, injected: Collection[str]) -> bool:
+    """Whether a text block is its turn's own words: not an injected block's text repeated
+    (`injected_texts`), nor a whole `<memory>` region."""
+    return text not in injected and not _MEMORY_REGION.match(text)
