@@ -378,6 +378,42 @@ def test_the_user_turns_are_remembered_when_asked_for(mesh: Mesh) -> None:
     assert found
 
 
+def test_a_user_turn_no_entry_can_hold_is_left_out_and_the_others_are_remembered(mesh: Mesh) -> None:
+    """Remember refuses a turn no entry can hold (a control character; more than 16,384 characters): the
+    processor leaves such a turn out rather than the whole conversation, every request of which repeats it."""
+    first, last = f"My brother's name is {unique('Tomas')}.", f"My cat's name is {unique('Mika')}."
+    conversation = [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "Nice."},
+        {"role": "user", "content": "Here it is, \x1b[1mbold\x1b[0m as my terminal printed it."},
+        {"role": "assistant", "content": "Got it."},
+        {"role": "user", "content": "A log to keep: " + "GET /health 200 " * 1500},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": last},
+    ]
+    user = {"user_id": f"u-{unique('odd')}"}
+    mesh.post(
+        "/v1/chat/completions",
+        chat(*conversation),
+        {
+            "x-contextfold-stores": mesh.store,
+            "x-contextfold-remember": mesh.store,
+            "x-contextfold-user-id": user["user_id"],
+        },
+    )
+    with Client(mesh.server.address, timeout=30, api_key=mesh.acme) as cf:
+
+        def remembered() -> list[str]:
+            contents = [m.content for m in cf.list_memories(mesh.store, scope=user)]
+            assert last in contents
+            return contents
+
+        contents = wait_for(
+            remembered, 10, what=f"the last turn to be remembered ({mesh.said()})", retrying=(AssertionError,)
+        )
+    assert sorted(contents) == sorted([first, last])
+
+
 def test_the_processor_counts_each_request_by_shape_and_outcome(mesh: Mesh) -> None:
     mesh.post("/v1/chat/completions", chat({"role": "user", "content": QUESTION}), {"x-contextfold-stores": mesh.store})
 

@@ -119,6 +119,25 @@ def test_a_turn_to_remember_holding_a_control_character_is_refused_by_its_block(
     assert [m.memory.content for m in done.memories] == ["I like green tea."]
 
 
+def test_a_turn_longer_than_an_entry_holds_is_refused_by_its_message(client: Client, make_store) -> None:
+    """A turn is kept as one entry, and an entry holds 16,384 characters (AddMemories refuses more, and an
+    export would not import again): a longer turn is refused by its message, counted as it would be stored
+    (its own text blocks a line apart), and nothing is stored. Injected context repeated beside it does not
+    count, and a turn of a role not remembered may be as long as it likes."""
+    store = make_store()
+    long = ["I like green tea. " * 500, "And oolong. " * 700]  # 9,000 and 8,400 characters: 17,400 kept
+    conversation = [user("Hi!"), assistant("x" * 20_000), {"role": "user", "content": [{"text": t} for t in long]}]
+    with pytest.raises(InvalidArgument) as refused:
+        client.remember(store, conversation)
+    field, reason = refused.value.field_violations[0]
+    assert field == "messages[2]" and "holds 17400 characters of its own text" in reason and "16384" in reason
+    assert list(client.list_memories(store)) == []
+    region = "<memory>\n<entry>" + "tea " * 5000 + "</entry>\n</memory>"
+    within = {"role": "user", "content": [{"text": region}, {"text": long[0]}]}
+    done = client.remember(store, [within, assistant("x" * 20_000)])
+    assert [m.memory.content for m in done.memories] == [long[0].strip()]
+
+
 @pytest.fixture(scope="module")
 def chat() -> Iterator[FakeChat]:
     fake = FakeChat()
@@ -170,7 +189,16 @@ def test_an_extractor_that_fails_stores_nothing_and_a_retry_works(extracting: Se
         store = unique("failing")
         cf.create_store(store)
         conversation = [user("My favourite colour is green.")]
-        for mode in ("error", "garbage"):
+        # Facts no entry may hold (a NUL, which Postgres' text cannot hold; more than an entry's 16,384
+        # characters) are the model's failure too, not an INTERNAL.
+        reasons = {
+            "error": "HTTP status 500",
+            "garbage": "the answer is not a chat completion holding JSON",
+            "nul": "a fact must not contain control characters; found '\\x00' at 29",
+            "long": "a fact holds 20",
+            "nul_decision": "an ADD decision's text must not contain control characters",
+        }
+        for mode, reason in reasons.items():
             chat.mode = mode
             try:
                 with pytest.raises(Unavailable) as refused:
@@ -178,6 +206,7 @@ def test_an_extractor_that_fails_stores_nothing_and_a_retry_works(extracting: Se
             finally:
                 chat.mode = "ok"
             assert refused.value.reason == "EXTRACTOR_FAILED"
+            assert f"the extractor failed: {reason}" in refused.value.message
             assert list(cf.list_memories(store)) == []
         done = cf.remember(store, conversation, extract=True)
         assert [m.memory.content for m in done.memories] == ["My favourite colour is green."]

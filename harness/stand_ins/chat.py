@@ -5,7 +5,9 @@ test knows what to expect:
 - the facts: each sentence of the user's turns that holds "I" or "my" ("Hi!" is no fact);
 - the decisions: a fact whose first three words begin a kept memory UPDATEs it, a fact
   equal to a kept memory is NONE, any other is ADD.
-`mode = "error"` answers HTTP 500; `mode = "garbage"` a completion that holds no JSON.
+`mode = "error"` answers HTTP 500; `mode = "garbage"` a completion that holds no JSON; `mode = "nul"`
+facts holding a NUL; `mode = "long"` facts of 20,000 characters; `mode = "nul_decision"` good facts,
+and decisions whose text holds a NUL.
 """
 
 from __future__ import annotations
@@ -52,10 +54,18 @@ class FakeChat:
             return json_answer(500, {"error": "model crashed"})
         system, user = body["messages"][0]["content"], body["messages"][1]["content"]
         if '"facts"' in system:
-            answer: Any = {"facts": facts(user)}
+            said = facts(user)
+            if self.mode == "nul":
+                said = [f"{fact}\x00" for fact in said]
+            elif self.mode == "long":
+                said = [(fact + " ") * (20_000 // (len(fact) + 1) + 1) for fact in said]
+            answer: Any = {"facts": said}
         else:
             asked = json.loads(user)
-            answer = {"memory": decisions(asked["kept"], asked["new_facts"])}
+            decided = decisions(asked["kept"], asked["new_facts"])
+            if self.mode == "nul_decision":
+                decided = [d | {"text": d["text"] + "\x00"} if "text" in d else d for d in decided]
+            answer = {"memory": decided}
         content = "no JSON here" if self.mode == "garbage" else json.dumps(answer)
         return json_answer(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
 

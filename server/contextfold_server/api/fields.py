@@ -18,7 +18,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
 from ..errors import InvalidArgument
-from ..memory.records import is_memory_id
+from ..memory.records import CONTROL_IN_CONTENT, MAX_CONTENT_CHARS, is_memory_id, text_fault
 
 # A conversation longer than this is not one a model takes in a single call.
 MAX_MESSAGES = 2000
@@ -32,8 +32,6 @@ MAX_PROVIDERS_NAMED = 100
 MAX_APP_STATE_BYTES = 256 * 1024
 MAX_SEARCH_RESULTS = 100
 MAX_BATCH = 1000
-# An entry is a fact to recall, not a document: 16 KiB of text (the model reads the first 256 tokens).
-MAX_CONTENT_CHARS = 16_384
 MAX_DIMENSION = 2000
 MAX_PROVIDER_TIMEOUT_MS = 30_000
 # A store's description says what it holds, in a paragraph.
@@ -72,7 +70,7 @@ _TARGET = re.compile(
 # hyphens, between dots (a trailing dot allowed).
 _DNS_NAME = re.compile(r"(?:[A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}")
 # Control characters: none in stored text but tab and line breaks, none at all in a line.
-_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_IN_TEXT = CONTROL_IN_CONTENT
 _CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -116,20 +114,10 @@ def check_memory_id(memory_id: str, field: str) -> str:
 
 def check_text(value: str, field: str, limit: int, *, multiline: bool = True) -> str:
     """Text within `limit` characters, with no NUL or other control character (tab and line breaks
-    are text, where it may span lines)."""
-    if len(value) > limit:
-        raise InvalidArgument.of(field, f"holds {len(value)} characters; the limit is {limit}")
-    return check_characters(value, field, multiline=multiline)
-
-
-def check_characters(value: str, field: str, *, multiline: bool = True) -> str:
-    """Text with no NUL or other control character (tab and line breaks are text, where it may span
-    lines): what an entry's content may hold, and Postgres' text can (it holds no NUL)."""
-    control = (_CONTROL_IN_TEXT if multiline else _CONTROL_IN_LINE).search(value)
-    if control:
-        raise InvalidArgument.of(
-            field, f"must not contain control characters; found {control.group()!r} at {control.start()}"
-        )
+    are text, where it may span lines): an entry's content (`check_content`) as `records.text_fault` has it."""
+    fault = text_fault(value, limit, _CONTROL_IN_TEXT if multiline else _CONTROL_IN_LINE)
+    if fault:
+        raise InvalidArgument.of(field, fault)
     return value
 
 

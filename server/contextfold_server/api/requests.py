@@ -31,10 +31,19 @@ from ..engine.format import MemoryFormat
 from ..engine.memory import DEFAULT_MAX_ENTRIES, MEMORY_SOURCE, MemoryRequest, SearchQuery
 from ..engine.ranking import Ranking
 from ..engine.region import COALESCED_SOURCE
-from ..engine.remember import SpokenTurn, injected_texts, is_own, spoken_turns
+from ..engine.remember import SpokenTurn, injected_texts, is_own, own_text, spoken_turns
 from ..engine.trigger import Trigger
 from ..errors import FieldViolation, InvalidArgument, Unavailable
-from ..memory.records import UPDATABLE, ImportedMemory, MemoryChange, NewMemory, Scope, StoreRecord
+from ..memory.records import (
+    MAX_CONTENT_CHARS,
+    UPDATABLE,
+    ImportedMemory,
+    MemoryChange,
+    NewMemory,
+    Scope,
+    StoreRecord,
+    text_fault,
+)
 from .fields import (
     MAX_AGENT_FIELD_CHARS,
     MAX_APP_STATE_BYTES,
@@ -42,7 +51,6 @@ from .fields import (
     MAX_ENTRIES_LIMIT,
     MAX_MESSAGES,
     MAX_METADATA_BYTES,
-    check_characters,
     check_content,
     check_content_blocks,
     check_count,
@@ -675,28 +683,41 @@ def parse_remember(request: memory_pb2.RememberRequest, caller: Caller, capabili
         raise InvalidArgument.of("extract", "needs an extractor, and this server has none configured")
     turns = turns_from_messages(request.messages)
     scope = _confined_scope(request.scope, "scope", caller)
-    roles = _roles(request.roles, "roles")
-    _remembered_text(request.messages, roles or {Role.USER}, injected_texts(turns))
+    roles = _roles(request.roles, "roles") or {Role.USER}
+    injected = injected_texts(turns)
+    for index, (message, turn) in enumerate(zip(request.messages, turns, strict=True)):
+        fault = remember_fault(message, turn, injected, request.extract) if turn.role in roles else None
+        if fault:
+            raise InvalidArgument.of(f"messages[{index}]{fault[0]}", fault[1])
     if request.min_chars < 0:
         raise InvalidArgument.of("min_chars", f"must not be negative, got {request.min_chars}")
     check_text(request.conversation_id, "conversation_id", MAX_CONVERSATION_ID_CHARS, multiline=False)
     metadata = _metadata(request.metadata, "metadata")
     identity = (store, scope.user_id, scope.agent_id, scope.session_id, request.conversation_id)
-    spoken = spoken_turns(turns, roles or {Role.USER}, max(1, request.min_chars), identity)
+    spoken = spoken_turns(turns, roles, max(1, request.min_chars), identity)
     return RememberCall(store, scope, spoken, metadata, request.extract)
 
 
-def _remembered_text(messages: Sequence[conversation_pb2.Message], roles: set[Role], injected: set[str]) -> None:
-    """Refuse, naming its block, a control character in a text block Remember would store (a turn of
-    `roles`, its own words: `engine.remember.is_own`): an entry holds none, as AddMemories has it (and an
-    export imports again), and Postgres' text cannot hold a NUL. What it does not store (another role's
-    turns, injected context repeated) may hold what it likes."""
-    for index, message in enumerate(messages):
-        if _ROLES.get(message.role) not in roles:
-            continue
-        for position, block in enumerate(message.content):
-            if block.WhichOneof("block") == "text" and is_own(block.text, injected):
-                check_characters(block.text, f"messages[{index}].content[{position}].text")
+def remember_fault(
+    message: conversation_pb2.Message, turn: Turn, injected: Collection[str], extract: bool
+) -> tuple[str, str] | None:
+    """What of a turn Remember would keep no entry may hold, as the field under the message and why: a
+    control character in a text block of its own words (`.content[j].text`; `engine.remember.is_own`), or,
+    when the turn is kept as it is (not `extract`), more of its own words than an entry's content holds
+    (the message itself). None when it may be kept. An entry holds neither, as AddMemories has it (and
+    an export imports again); Postgres' text cannot hold a NUL. What is not kept (injected context
+    repeated) may hold what it likes."""
+    for position, block in enumerate(message.content):
+        if block.WhichOneof("block") == "text" and is_own(block.text, injected):
+            fault = text_fault(block.text, len(block.text))
+            if fault:
+                return f".content[{position}].text", fault
+    if not extract and len(own := own_text(turn, injected)) > MAX_CONTENT_CHARS:
+        return "", (
+            f"holds {len(own)} characters of its own text, and an entry at most {MAX_CONTENT_CHARS}:"
+            " add a longer text with AddMemories, in entries of its parts"
+        )
+    return None
 
 
 # Providers

@@ -44,13 +44,18 @@ def spoken_turns(
     for turn in turns:
         if turn.role not in roles:
             continue
-        own = [text for text in turn.texts if is_own(text, injected)]
-        text = "\n".join(own).strip()
+        text = own_text(turn, injected)
         if len(text) < min_chars:
             continue
         known_by = json.dumps([*identity, turn.role.value, text], ensure_ascii=False, separators=(",", ":"))
         spoken.setdefault(known_by, SpokenTurn(turn.role, text, known_by))
     return list(spoken.values())
+
+
+def own_text(turn: Turn, injected: Collection[str]) -> str:
+    """A turn's own words, as Remember keeps them: its text blocks but injected context (`is_own`), a line
+    apart."""
+    return "\n".join(text for text in turn.texts if is_own(text, injected)).strip()
 
 
 def injected_texts(turns: Sequence[Turn]) -> set[str]:

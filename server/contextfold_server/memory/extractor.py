@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from ..outbound import http_client
+from .records import MAX_CONTENT_CHARS, text_fault
 
 FACTS_PROMPT = (
     "You keep an assistant's long-term memory of a user. From the user's messages below, list the"
@@ -48,6 +49,14 @@ class Decision:
     id: str = ""
 
 
+def _storable(text: str, what: str) -> None:
+    """An answer's text is an entry's content: what no entry may hold (`records.text_fault`) is the
+    model's failure, not the caller's."""
+    fault = text_fault(text, MAX_CONTENT_CHARS)
+    if fault:
+        raise ExtractFailed(f"{what} {fault}")
+
+
 class Extractor:
     def __init__(self, url: str, model: str, api_key: str = "", timeout: float = 30.0) -> None:
         """`url`: the API's base (e.g. `http://vllm:8000/v1`); chat completions are at `/chat/completions`."""
@@ -62,7 +71,10 @@ class Extractor:
         facts = answer.get("facts")
         if not isinstance(facts, list) or not all(isinstance(fact, str) for fact in facts):
             raise ExtractFailed('the answer holds no "facts" list of strings')
-        return [fact.strip() for fact in facts if fact.strip()][:MAX_FACTS]
+        kept = [fact.strip() for fact in facts if fact.strip()][:MAX_FACTS]
+        for fact in kept:
+            _storable(fact, "a fact")
+        return kept
 
     async def decide(self, facts: Sequence[str], kept: dict[str, str]) -> list[Decision]:
         """What to do with each fact, given the memories kept near them (`{id: text}`). An UPDATE or
@@ -79,6 +91,8 @@ class Extractor:
             event, text, memory_id = item["event"], item.get("text", ""), item.get("id", "")
             if event != "NONE" and (not isinstance(text, str) or not text.strip()):
                 raise ExtractFailed(f"an {event} decision has no text")
+            if event != "NONE":
+                _storable(text.strip(), f"an {event} decision's text")
             if event != "ADD" and memory_id not in kept:
                 raise ExtractFailed(f"an {event} decision names no kept memory")
             decisions.append(Decision(event, text.strip() if isinstance(text, str) else "", memory_id))

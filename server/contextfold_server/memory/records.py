@@ -17,11 +17,27 @@ from typing import Any
 from ..access.sealing import keyed_digest
 
 _MEMORY_ID = re.compile(r"[\x21-\x7e]{1,128}")
+# An entry is a fact to recall, not a document: 16 KiB of text (the model reads the first 256 tokens).
+MAX_CONTENT_CHARS = 16_384
+# What an entry's content may not hold: a NUL (Postgres' text holds none) or another control character
+# but tab and line breaks (an export imports again).
+CONTROL_IN_CONTENT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def is_memory_id(value: str) -> bool:
     """Ids are 1 to 128 printable ASCII characters without spaces."""
     return bool(_MEMORY_ID.fullmatch(value))
+
+
+def text_fault(text: str, limit: int, control: re.Pattern[str] = CONTROL_IN_CONTENT) -> str:
+    """Why `text` is refused where it may hold `limit` characters and none that `control` matches (by
+    default, what an entry's content may hold), or "" when it is not."""
+    if len(text) > limit:
+        return f"holds {len(text)} characters; the limit is {limit}"
+    found = control.search(text)
+    if found:
+        return f"must not contain control characters; found {found.group()!r} at {found.start()}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc, 
 from prometheus_client import Counter
 
 from ..access.keys import bearer_key
+from ..api.requests import remember_fault, turns_from_messages
+from ..engine.remember import injected_texts
+from ..errors import InvalidArgument
 from . import ext_proc_pb2 as ext_proc
 from .settings import PREFIX, BadSetting, MeshSettings, ours, settings
 from .shapes import Located, NotThisShape, Shape, apply, shape_of, shown_earlier
@@ -243,7 +246,26 @@ class ExternalProcessor:
 
     def _remember(self, exchange: _Exchange, located: list[Located]) -> None:
         """The request's user turns remembered (`Remember`), once the request has gone on."""
-        messages = [entry.message for entry in located if entry.message.role == conversation_pb2.ROLE_USER]
+        users = [entry.message for entry in located if entry.message.role == conversation_pb2.ROLE_USER]
+        try:
+            turns = turns_from_messages(users)
+        except InvalidArgument as error:
+            logger.warning(
+                "request_id=<%s> reason=<%s> | the request's turns were not remembered", exchange.request_id, error
+            )
+            return
+        # A turn Remember would refuse (a control character, more text than an entry holds) is left out, so the
+        # conversation's other turns are remembered, now and on each later request that repeats it.
+        injected = injected_texts(turns)
+        kept = zip(users, turns, strict=True)
+        messages = [message for message, turn in kept if not remember_fault(message, turn, injected, False)]
+        if len(messages) < len(users):
+            logger.info(
+                "request_id=<%s> left_out=<%d> | user turns no entry can hold were not remembered",
+                exchange.request_id, len(users) - len(messages),
+            )  # fmt: skip
+        if not messages:
+            return
         request = memory_pb2.RememberRequest(
             store=exchange.settings.remember,
             messages=messages,
