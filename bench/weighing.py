@@ -61,7 +61,11 @@ RECALL_GIVEN = 0.01
 SILENCE_WANTED = 0.85
 L2_CHOICES = (0.1, 1.0, 10.0)
 THRESHOLDS = tuple(round(x, 2) for x in np.arange(-6.0, 1.51, 0.25))
-UNKNOWN_WEIGHTS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)
+# The weights the question's unknown names may take in the gate: up to 4, chosen by cross-validation among
+# caps of 2, 4, 8 and 16 (docs/injection.md, "The default's weighing"). Past 4 the gate leans on names alone:
+# LoCoMo's questions asked elsewhere name the other conversation's people, but a request of our own sets may
+# name a city or a person its scope has not heard of and still want the user's preferences.
+UNKNOWN_WEIGHTS = (0.0, 1.0, 2.0, 4.0)
 
 
 @dataclass

@@ -474,6 +474,7 @@ def test_a_question_s_dates_names_and_an_entry_s_speaker_are_read_as_written() -
     assert weighing.on_a_date(asked.dates, datetime(2022, 5, 30, tzinfo=UTC)) == 1.0
     assert weighing.question_dates("May I ask what we did in June?") == (weighing.DateSpan(None, 6),)
     assert weighing.names_in("Ask Priya about INC-2291 on AWS.") == ("Priya",), "ids and capitals are terms"
+    assert weighing.names_in("Can we put Ana's ids in URLs, or in APIs?") == ("Ana",), "and their plurals"
     assert weighing.speaker_named("Melanie: we went camping", asked.words) == 1.0
     assert weighing.speaker_named("Caroline: we went camping", asked.words) == 0.0
     assert weighing.speaker_named("we went camping, Melanie said", asked.words) == 0.0

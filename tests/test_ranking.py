@@ -903,6 +903,24 @@ def test_a_question_nothing_is_about_gets_nothing_and_the_report_says_why(client
     assert kept.report.injected and len(kept.report.entries) == 5
 
 
+def test_a_term_in_capitals_is_no_name_the_scope_must_know_though_it_ends_in_s(client: Client, make_store) -> None:
+    """The gate weighs the names a question asks about that no entry of the scope holds: `URLs`, like `AWS`,
+    is a term (a name it did not know silenced this question of our engineering set, its answer first)."""
+    store = make_store("decisions")
+    prefix = unique("decision")
+    decisions = [
+        "Decision: public identifiers are UUIDs; auto-increment keys stay internal to the database.",
+        "Decision: every service logs in JSON to stdout, collected by the platform.",
+        "Decision: feature flags live in the config service, not in environment variables.",
+        "Decision: releases go out on Tuesdays and Thursdays, never on Fridays.",
+    ]
+    client.add_memories(store, [{"id": f"{prefix}-{n}", "content": text} for n, text in enumerate(decisions)])
+    result = client.inject([user("Can we expose our auto-increment ids in URLs?")], stores=[store], explain=True)
+    weighed = [c for c in result.report.candidates if c.inputs]
+    assert weighed and all(c.inputs["unknown_names"] == 0.0 for c in weighed)
+    assert [entry.id for entry in result.report.entries][:1] == [f"{prefix}-0"], result.report.detail
+
+
 def test_a_two_part_question_brings_both_parts_turns(client: Client, make_store) -> None:
     """Asked two things at once, where many entries are alike for the first and one answers the second,
     the default searches each part for itself and shows each part's answer; one search for the whole

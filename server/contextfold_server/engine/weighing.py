@@ -365,8 +365,8 @@ def states(content: str) -> float:
 
 def names_in(text: str) -> tuple[str, ...]:
     """The names a question asks about: its capitalised words of letters that do not begin a sentence
-    (nor are a pronoun, a month or a weekday, nor written in capitals: `AWS`, `UI` are terms, and ids
-    are the words' to find), possessives dropped, each once."""
+    (nor are a pronoun, a month or a weekday, nor written in capitals: `AWS`, `UI` and their plurals,
+    `URLs`, are terms, and ids are the words' to find), possessives dropped, each once."""
     names: dict[str, None] = {}
     for sentence in re.split(r"(?<=[.!?;:])\s+|\n+", text):
         for position, word in enumerate(_WORD.findall(sentence)):
@@ -374,7 +374,7 @@ def names_in(text: str) -> tuple[str, ...]:
             lowered = bare.lower()
             if position == 0 or not bare[:1].isupper() or lowered in _NOT_NAMES:
                 continue
-            if not bare.isalpha() or len(bare) < 2 or bare.isupper():
+            if not bare.isalpha() or len(bare) < 2 or bare.removesuffix("s").isupper():
                 continue
             if lowered in _MONTHS or lowered in _WEEKDAYS:
                 continue
