@@ -709,7 +709,7 @@ def remember_fault(
     repeated) may hold what it likes."""
     for position, block in enumerate(message.content):
         if block.WhichOneof("block") == "text" and is_own(block.text, injected):
-            fault = text_fault(block.text, len(block.text))
+            fault = text_fault(block.text)
             if fault:
                 return f".content[{position}].text", fault
     if not extract and len(own := own_text(turn, injected)) > MAX_CONTENT_CHARS:

@@ -29,10 +29,10 @@ def is_memory_id(value: str) -> bool:
     return bool(_MEMORY_ID.fullmatch(value))
 
 
-def text_fault(text: str, limit: int, control: re.Pattern[str] = CONTROL_IN_CONTENT) -> str:
-    """Why `text` is refused where it may hold `limit` characters and none that `control` matches (by
-    default, what an entry's content may hold), or "" when it is not."""
-    if len(text) > limit:
+def text_fault(text: str, limit: int | None = None, control: re.Pattern[str] = CONTROL_IN_CONTENT) -> str:
+    """Why `text` is refused where it may hold `limit` characters (None: any number) and none that
+    `control` matches (by default, what an entry's content may hold), or "" when it is not."""
+    if limit is not None and len(text) > limit:
         return f"holds {len(text)} characters; the limit is {limit}"
     found = control.search(text)
     if found:
