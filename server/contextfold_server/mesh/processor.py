@@ -245,35 +245,31 @@ class ExternalProcessor:
         return edited.encode("utf-8")
 
     def _remember(self, exchange: _Exchange, located: list[Located]) -> None:
-        """The request's user turns remembered (`Remember`), once the request has gone on."""
+        """The request's user turns remembered (`Remember`), once the request has gone on: which of them can be
+        remembered (`_rememberable`, a pass over all their text) is read then too, off the event loop."""
         users = [entry.message for entry in located if entry.message.role == conversation_pb2.ROLE_USER]
-        try:
-            turns = turns_from_messages(users)
-        except InvalidArgument as error:
-            logger.warning(
-                "request_id=<%s> reason=<%s> | the request's turns were not remembered", exchange.request_id, error
-            )
-            return
-        # A turn Remember would refuse (a control character, more text than an entry holds) is left out, so the
-        # conversation's other turns are remembered, now and on each later request that repeats it.
-        injected = injected_texts(turns)
-        kept = zip(users, turns, strict=True)
-        messages = [message for message, turn in kept if not remember_fault(message, turn, injected, False)]
-        if len(messages) < len(users):
-            logger.info(
-                "request_id=<%s> left_out=<%d> | user turns no entry can hold were not remembered",
-                exchange.request_id, len(users) - len(messages),
-            )  # fmt: skip
-        if not messages:
-            return
-        request = memory_pb2.RememberRequest(
-            store=exchange.settings.remember,
-            messages=messages,
-            scope=exchange.settings.scope,
-            roles=[conversation_pb2.ROLE_USER],
-        )
 
         async def remember() -> None:
+            try:
+                messages = await asyncio.to_thread(_rememberable, users)
+            except InvalidArgument as error:
+                logger.warning(
+                    "request_id=<%s> reason=<%s> | the request's turns were not remembered", exchange.request_id, error
+                )
+                return
+            if len(messages) < len(users):
+                logger.info(
+                    "request_id=<%s> left_out=<%d> | user turns no entry can hold were not remembered",
+                    exchange.request_id, len(users) - len(messages),
+                )  # fmt: skip
+            if not messages:
+                return
+            request = memory_pb2.RememberRequest(
+                store=exchange.settings.remember,
+                messages=messages,
+                scope=exchange.settings.scope,
+                roles=[conversation_pb2.ROLE_USER],
+            )
             try:
                 await memory_pb2_grpc.MemoryServiceStub(self._api()).Remember(
                     request, timeout=30, metadata=exchange.metadata()
@@ -337,3 +333,14 @@ async def _read(shape: Shape, text: str) -> list[Located]:
     if len(text) < 64 * 1024:
         return shape.read(text)
     return await asyncio.to_thread(shape.read, text)
+
+
+def _rememberable(users: list[conversation_pb2.Message]) -> list[conversation_pb2.Message]:
+    """The user turns Remember would take: one it would refuse (a control character, more text than an entry
+    holds: `api.requests.remember_fault`) is left out, so the conversation's other turns are remembered, now
+    and on each later request that repeats it. InvalidArgument when the turns as a whole are more than
+    Remember takes."""
+    turns = turns_from_messages(users)
+    injected = injected_texts(turns)
+    kept = zip(users, turns, strict=True)
+    return [message for message, turn in kept if not remember_fault(message, turn, injected, False)]
