@@ -89,13 +89,14 @@ class Extractor:
             if not isinstance(item, dict) or item.get("event") not in ("ADD", "UPDATE", "NONE"):
                 raise ExtractFailed("a decision is not an object with an event ADD, UPDATE or NONE")
             event, text, memory_id = item["event"], item.get("text", ""), item.get("id", "")
-            if event != "NONE" and (not isinstance(text, str) or not text.strip()):
-                raise ExtractFailed(f"an {event} decision has no text")
+            text = text.strip() if isinstance(text, str) else ""
             if event != "NONE":
-                _storable(text.strip(), f"an {event} decision's text")
+                if not text:
+                    raise ExtractFailed(f"an {event} decision has no text")
+                _storable(text, f"an {event} decision's text")
             if event != "ADD" and memory_id not in kept:
                 raise ExtractFailed(f"an {event} decision names no kept memory")
-            decisions.append(Decision(event, text.strip() if isinstance(text, str) else "", memory_id))
+            decisions.append(Decision(event, text, memory_id))
         return decisions
 
     async def _ask(self, system: str, user: str) -> dict[str, Any]:
