@@ -5,7 +5,7 @@ signals (`CandidateReport.inputs`) and whether it is labelled relevant. The data
 development conversations (bench/locomo.py's way: each turn one memory, in one store with its
 session's id and in another without), and our own labelled sets (bench/retrieval.py's stores).
 Each question is also asked where nothing is about it, for the silence gate: a LoCoMo question in
-the next conversation's scope, a request of one of our sets against the other set's stores.
+the next conversation's scope, a request of one of our sets against the next set's stores.
 
 The fit: a logistic regression of relevance on the signals (candidates of a question weighed
 together; L2, its strength chosen among a few by the same rotation), which the silence gate weighs;
@@ -48,7 +48,7 @@ from contextfold_server.engine.weighing import (
 )
 
 from bench import RESULTS, locomo
-from bench.retrieval import LabelledSet
+from bench.retrieval import SET_NAMES, LabelledSet
 from harness.messages import user
 from harness.servers import Postgres, start_server
 
@@ -144,7 +144,7 @@ def collect(cf: Client) -> list[Question]:
                     )
                     asked.candidates = _candidates(result, lambda id_, e=evidence, i=ids: i.get(id_, "") in e, ids)
                     questions.append(asked)
-    sets = [LabelledSet.load("assistant"), LabelledSet.load("engineering")]
+    sets = [LabelledSet.load(name) for name in SET_NAMES]
     for labelled in sets:
         for store in labelled.stores:
             name = f"{labelled.name}.{store['name']}"
@@ -152,8 +152,8 @@ def collect(cf: Client) -> list[Question]:
             entries = store["entries"]
             for start in range(0, len(entries), 64):
                 cf.add_memories(name, [{"id": e["id"], "content": e["content"]} for e in entries[start : start + 64]])
-    for labelled in sets:
-        other = sets[1] if labelled is sets[0] else sets[0]
+    for index, labelled in enumerate(sets):
+        other = sets[(index + 1) % len(sets)]
         stores = [f"{labelled.name}.{s['name']}" for s in labelled.stores]
         for item, relevant in [(q, q["relevant"]) for q in labelled.queries] + [(q, []) for q in other.queries]:
             result = cf.inject([user(item["query"])], stores=stores, max_entries=ASKED, explain=True)
