@@ -482,6 +482,36 @@ def test_a_question_s_dates_names_and_an_entry_s_speaker_are_read_as_written() -
     assert stated is not None and stated.date() == date(2023, 10, 13)
 
 
+def test_a_question_s_days_named_by_when_it_is_asked_are_read_against_that_day() -> None:
+    friday = date(2026, 12, 4)
+
+    def days(text: str) -> list[tuple[date, date] | tuple[int | None, int | None, int | None]]:
+        return [
+            (d.first, d.last) if isinstance(d, weighing.DateRange) else (d.year, d.month, d.day)
+            for d in weighing.question_dates(text, friday)
+        ]
+
+    assert days("What did we decide yesterday?") == [(date(2026, 12, 3), date(2026, 12, 3))]
+    assert days("And the day before yesterday?") == [(date(2026, 12, 2), date(2026, 12, 2))]
+    assert days("What did I say five days ago, and 12 days ago?") == [
+        (date(2026, 11, 29), date(2026, 11, 29)),
+        (date(2026, 11, 22), date(2026, 11, 22)),
+    ]
+    assert days("What came up two weeks ago?") == [(date(2026, 11, 17), date(2026, 11, 23))], "a week around it"
+    assert days("What did we plan last week?") == [(date(2026, 11, 23), date(2026, 11, 29))], "Monday to Sunday"
+    assert days("Where did we go last weekend?") == [(date(2026, 11, 28), date(2026, 11, 29))]
+    assert days("What did Ana say last Friday?") == [(date(2026, 11, 27), date(2026, 11, 27))], "not today"
+    assert days("What did Ana say last Thursday?") == [(date(2026, 12, 3), date(2026, 12, 3))]
+    assert days("What happened a month ago?") == [(2026, 11, None)]
+    assert days("What did we spend last month, and three months ago?") == [(2026, 11, None), (2026, 9, None)]
+    assert days("Where did we travel last year?") == [(2025, None, None)]
+    assert days("What is on tomorrow, and next week?") == [], "days ahead: nothing was written then"
+    assert weighing.question_dates("What did we decide yesterday?") == (), "not read without the day asked"
+    yesterday = weighing.question_dates("What did we decide yesterday?", friday)
+    assert weighing.on_a_date(yesterday, datetime(2026, 12, 2, 22, tzinfo=UTC)) == 1.0, "a day either side"
+    assert weighing.on_a_date(yesterday, datetime(2026, 12, 1, tzinfo=UTC)) == 0.0
+
+
 def test_a_near_copy_is_one_whose_words_mostly_are_another_s() -> None:
     assert weighing.near_copy("The user prefers a window seat!", ["the user prefers a window seat"])
     assert not weighing.near_copy("The user prefers an aisle seat", ["The user prefers a window seat"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -845,6 +845,39 @@ def test_a_date_in_the_question_lifts_the_turn_of_that_date(client: Client, make
             lifted += dated.score - dated.signals["date"] < max(c.score for c in weighed if c.id != dated.id)
     # Each of the five turns first when its day is asked: the date decided it for all but one at most.
     assert lifted >= 2 * (len(days) - 1)
+
+
+def test_a_day_named_by_when_it_is_asked_lifts_the_entries_of_that_day(client: Client, make_store) -> None:
+    """Days such as "yesterday" and "five days ago" are read against the day of the call: an agent asks
+    before its model call."""
+    store = make_store("decisions")
+    prefix = unique("ago")
+    today = datetime.now(UTC).date()
+    agreed = {
+        1: "We agreed to move the release to a blue-green rollout.",
+        5: "We agreed to freeze the release branch until the audit ends.",
+        12: "We agreed the release notes go out in French and German too.",
+        26: "We agreed to drop the beta channel from the release plan.",
+    }
+    dated = [
+        {"id": f"{prefix}-{back}", "content": text, "metadata": {"date": (today - timedelta(days=back)).isoformat()}}
+        for back, text in agreed.items()
+    ]
+    client.add_memories(store, dated)
+    lifted = 0
+    for back, when in ((1, "yesterday"), (5, "five days ago"), (12, "12 days ago"), (26, "26 days ago")):
+        asked = f"What did we agree about the release {when}?"
+        result = client.inject([user(asked)], stores=[store], explain=True)
+        assert result.report.entries[0].id == f"{prefix}-{back}", asked
+        weighed = [c for c in result.report.candidates if c.inputs]
+        dated = _candidate(result, f"{prefix}-{back}")
+        assert dated.inputs["date"] == 1.0 and all(c.inputs["date"] == 0.0 for c in weighed if c.id != dated.id)
+        lifted += dated.score - dated.signals["date"] < max(c.score for c in weighed if c.id != dated.id)
+    # For half of them at least, the day decided the first place: without it, another day's entry came first.
+    assert lifted >= len(agreed) // 2
+    # A day ahead is not read: nothing was written then.
+    ahead = client.inject([user("What will we agree about the release tomorrow?")], stores=[store], explain=True)
+    assert all(c.inputs["date"] == 0.0 for c in ahead.report.candidates if c.inputs)
 
 
 def test_a_near_copy_does_not_take_a_second_slot(client: Client, make_store) -> None:

@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 # The signals a candidate is weighed by, in the order `weighing.json` lists their weights.
@@ -142,7 +142,11 @@ _MONTHS = {
     )
     for name in names
 }
-_WEEKDAYS = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+_WEEKDAY_NUMBERS = {
+    name: number
+    for number, name in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+}
+_WEEKDAYS = set(_WEEKDAY_NUMBERS)
 # Capitalised words that name nothing in particular: a sentence's own, pronouns, greetings.
 _NOT_NAMES = {"i", "i'm", "i've", "i'd", "i'll", "ok", "hi", "hey", "please", "thanks"}
 _MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
@@ -176,17 +180,36 @@ class DateSpan:
         return self.year is None or when.year == self.year
 
 
-def question_dates(text: str) -> tuple[DateSpan, ...]:
+@dataclass(frozen=True)
+class DateRange:
+    """Days a question names by when it is asked ("yesterday", "last week", "three weeks ago"): from
+    `first` to `last`, within a day either side (the question's day is the server's, in UTC, and the
+    asker's may not be)."""
+
+    first: date
+    last: date
+
+    def holds(self, when: datetime) -> bool:
+        return self.first - _EITHER_SIDE <= when.date() <= self.last + _EITHER_SIDE
+
+
+_EITHER_SIDE = timedelta(days=1)
+
+
+def question_dates(text: str, today: date | None = None) -> tuple[DateSpan | DateRange, ...]:
     """The dates `text` names, written out ("13 October 2023", "October 13", "2023-10-13", "in May
-    2023", "in June", "in 2022"); the most precise reading of each part wins. Relative dates
-    ("last week") are not read: what they are relative to is the conversation's, not the server's."""
-    spans: list[DateSpan] = []
+    2023", "in June", "in 2022"); the most precise reading of each part wins. Given `today`, the day it
+    is asked, also those it names by it, in the past ("yesterday", "the day before yesterday", "five
+    days ago", "two weeks ago", "a month ago", "last week", "last weekend", "last month", "last year",
+    "last Friday"; `relative_dates`): an agent asks before each model call, so its conversation's day
+    is the call's. Days ahead ("tomorrow", "next week") are not read: nothing was written then."""
+    spans: list[DateSpan | DateRange] = []
     taken: list[tuple[int, int]] = []
 
-    def add(found: re.Match[str], span: DateSpan) -> None:
+    def add(found: re.Match[str], span: DateSpan | DateRange) -> None:
         if any(start < found.end() and found.start() < end for start, end in taken):
             return
-        if span.day is not None and not _valid_day(span):
+        if isinstance(span, DateSpan) and span.day is not None and not _valid_day(span):
             return
         taken.append(found.span())
         spans.append(span)
@@ -203,7 +226,67 @@ def question_dates(text: str) -> tuple[DateSpan, ...]:
         add(found, DateSpan(None, _MONTHS[found[1].lower()]))
     for found in _IN_YEAR.finditer(text):
         add(found, DateSpan(int(found[1])))
+    if today is not None:
+        for found, span in relative_dates(text, today):
+            add(found, span)
     return tuple(spans)
+
+
+# Counts a question may put before "days ago": digits, or words up to ten.
+_COUNTS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "a couple of": 2, "a few": 3,
+}  # fmt: skip
+_COUNT = r"(\d{1,3}|" + "|".join(sorted(_COUNTS, key=len, reverse=True)) + ")"
+_AGO = re.compile(rf"\b{_COUNT}\s+(day|week|month|year)s?\s+ago\b", re.I)
+_BEFORE_YESTERDAY = re.compile(r"\bthe\s+day\s+before\s+yesterday\b", re.I)
+_YESTERDAY = re.compile(r"\byesterday\b", re.I)
+_LAST = re.compile(r"\blast\s+(week|weekend|month|year|" + "|".join(_WEEKDAYS) + r")\b", re.I)
+
+
+def relative_dates(text: str, today: date) -> list[tuple[re.Match[str], DateSpan | DateRange]]:
+    """The past days `text` names by `today` (`question_dates`), each with where it says so, in the
+    order it names them. A week is Monday to Sunday; "last Friday" is the Friday before today; "two
+    weeks ago" is a week around that day; "a month ago" is that month, "a year ago" that year."""
+    found: list[tuple[re.Match[str], DateSpan | DateRange]] = []
+
+    def day(back: int) -> DateRange:
+        return DateRange(today - timedelta(days=back), today - timedelta(days=back))
+
+    for match in _BEFORE_YESTERDAY.finditer(text):
+        found.append((match, day(2)))
+    for match in _YESTERDAY.finditer(text):
+        found.append((match, day(1)))
+    for match in _AGO.finditer(text):
+        count = int(match[1]) if match[1].isdigit() else _COUNTS[match[1].lower()]
+        unit = match[2].lower()
+        if unit == "day":
+            found.append((match, day(count)))
+        elif unit == "week":
+            middle = today - timedelta(weeks=count)
+            found.append((match, DateRange(middle - timedelta(days=3), middle + timedelta(days=3))))
+        elif unit == "month":
+            year, month = divmod(today.year * 12 + today.month - 1 - count, 12)
+            found.append((match, DateSpan(year, month + 1)))
+        else:
+            found.append((match, DateSpan(today.year - count)))
+    for match in _LAST.finditer(text):
+        what = match[1].lower()
+        if what == "week":
+            monday = today - timedelta(days=today.weekday())
+            found.append((match, DateRange(monday - timedelta(days=7), monday - timedelta(days=1))))
+        elif what == "weekend":
+            sunday = today - timedelta(days=(today.weekday() - 6) % 7 or 7)
+            found.append((match, DateRange(sunday - timedelta(days=1), sunday)))
+        elif what == "month":
+            year, month = divmod(today.year * 12 + today.month - 2, 12)
+            found.append((match, DateSpan(year, month + 1)))
+        elif what == "year":
+            found.append((match, DateSpan(today.year - 1)))
+        else:
+            weekday = _WEEKDAY_NUMBERS[what]
+            found.append((match, day((today.weekday() - weekday) % 7 or 7)))
+    return sorted(found, key=lambda named: named[0].start())
 
 
 def _year(text: str | None) -> int | None:
@@ -218,7 +301,7 @@ def _valid_day(span: DateSpan) -> bool:
     return True
 
 
-def on_a_date(spans: Sequence[DateSpan], when: datetime | None) -> float:
+def on_a_date(spans: Sequence[DateSpan | DateRange], when: datetime | None) -> float:
     """1 when an entry written at `when` falls on a date the question names, else 0."""
     return 1.0 if when is not None and any(span.holds(when) for span in spans) else 0.0
 
@@ -226,16 +309,17 @@ def on_a_date(spans: Sequence[DateSpan], when: datetime | None) -> float:
 @dataclass(frozen=True)
 class Asked:
     """What the weighing reads in a question: its words (`question_words`), the dates it names
-    (`question_dates`), the names it asks about (`names_in`)."""
+    (`question_dates`; those named by the day it is asked too, given `today`), the names it asks about
+    (`names_in`)."""
 
     words: frozenset[str]
-    dates: tuple[DateSpan, ...]
+    dates: tuple[DateSpan | DateRange, ...]
     names: tuple[str, ...]
     parts: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, text: str) -> Asked:
-        return cls(question_words(text), question_dates(text), names_in(text), question_parts(text))
+    def of(cls, text: str, today: date | None = None) -> Asked:
+        return cls(question_words(text), question_dates(text, today), names_in(text), question_parts(text))
 
 
 # Where a question asks a second thing: after a question mark, or at an "and" (a comma or semicolon before it

@@ -100,7 +100,8 @@ class MemorySearcher:
         nearest_only = strategy is Ranking.SIMILARITY or (
             strategy is Ranking.STORE_AWARE and len(query.stores) == 1 and not words
         )
-        question = Asked.of("" if nearest_only else query.text)
+        # Dates named by when they are asked ("yesterday") are read against the call's own day.
+        question = Asked.of("" if nearest_only else query.text, today=self.store.now().date())
         # A question asking several things is searched for each as well, by vectors of the server's own model
         # (beside a caller's vector, a part's would be another model's).
         parts = question.parts if strategy is Ranking.STORE_AWARE and not query.vector else ()
