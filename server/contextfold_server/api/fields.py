@@ -69,8 +69,7 @@ _TARGET = re.compile(
 # A host:port target's host named by name (`_TARGET`'s `name`): labels of 1 to 63 letters, digits and
 # hyphens, between dots (a trailing dot allowed).
 _DNS_NAME = re.compile(r"(?:[A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}")
-# Control characters: none in stored text but tab and line breaks, none at all in a line.
-_CONTROL_IN_TEXT = CONTROL_IN_CONTENT
+# Control characters: none at all in a line (in stored text, tab and line breaks are text: `CONTROL_IN_CONTENT`).
 _CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -115,7 +114,7 @@ def check_memory_id(memory_id: str, field: str) -> str:
 def check_text(value: str, field: str, limit: int, *, multiline: bool = True) -> str:
     """Text within `limit` characters, with no NUL or other control character (tab and line breaks
     are text, where it may span lines): an entry's content (`check_content`) as `records.text_fault` has it."""
-    fault = text_fault(value, limit, _CONTROL_IN_TEXT if multiline else _CONTROL_IN_LINE)
+    fault = text_fault(value, limit, CONTROL_IN_CONTENT if multiline else _CONTROL_IN_LINE)
     if fault:
         raise InvalidArgument.of(field, fault)
     return value

@@ -142,11 +142,11 @@ _MONTHS = {
     )
     for name in names
 }
-_WEEKDAY_NUMBERS = {
+# Each weekday's name, with its number (Monday 0, as `date.weekday` has it).
+_WEEKDAYS = {
     name: number
     for number, name in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
 }
-_WEEKDAYS = set(_WEEKDAY_NUMBERS)
 # Capitalised words that name nothing in particular: a sentence's own, pronouns, greetings.
 _NOT_NAMES = {"i", "i'm", "i've", "i'd", "i'll", "ok", "hi", "hey", "please", "thanks"}
 _MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
@@ -253,6 +253,10 @@ def relative_dates(text: str, today: date) -> list[tuple[re.Match[str], DateSpan
     def day(back: int) -> DateRange:
         return DateRange(today - timedelta(days=back), today - timedelta(days=back))
 
+    def month(back: int) -> DateSpan:
+        year, month = divmod(today.year * 12 + today.month - 1 - back, 12)
+        return DateSpan(year, month + 1)
+
     for match in _BEFORE_YESTERDAY.finditer(text):
         found.append((match, day(2)))
     for match in _YESTERDAY.finditer(text):
@@ -266,8 +270,7 @@ def relative_dates(text: str, today: date) -> list[tuple[re.Match[str], DateSpan
             middle = today - timedelta(weeks=count)
             found.append((match, DateRange(middle - timedelta(days=3), middle + timedelta(days=3))))
         elif unit == "month":
-            year, month = divmod(today.year * 12 + today.month - 1 - count, 12)
-            found.append((match, DateSpan(year, month + 1)))
+            found.append((match, month(count)))
         else:
             found.append((match, DateSpan(today.year - count)))
     for match in _LAST.finditer(text):
@@ -279,13 +282,11 @@ def relative_dates(text: str, today: date) -> list[tuple[re.Match[str], DateSpan
             sunday = today - timedelta(days=(today.weekday() - 6) % 7 or 7)
             found.append((match, DateRange(sunday - timedelta(days=1), sunday)))
         elif what == "month":
-            year, month = divmod(today.year * 12 + today.month - 2, 12)
-            found.append((match, DateSpan(year, month + 1)))
+            found.append((match, month(1)))
         elif what == "year":
             found.append((match, DateSpan(today.year - 1)))
         else:
-            weekday = _WEEKDAY_NUMBERS[what]
-            found.append((match, day((today.weekday() - weekday) % 7 or 7)))
+            found.append((match, day((today.weekday() - _WEEKDAYS[what]) % 7 or 7)))
     return sorted(found, key=lambda named: named[0].start())
 
 
