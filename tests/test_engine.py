@@ -512,6 +512,21 @@ def test_a_question_s_days_named_by_when_it_is_asked_are_read_against_that_day()
     assert weighing.on_a_date(yesterday, datetime(2026, 12, 1, tzinfo=UTC)) == 0.0
 
 
+def test_days_named_by_a_question_asked_at_the_calendar_s_ends_are_read_without_error() -> None:
+    """A caller's `asked_time` may be any time a Timestamp holds: a day before the calendar's first names
+    nothing, and the days either side of the last are weighed without passing its end."""
+    first = date(1, 1, 3)
+    assert weighing.question_dates("What happened 12 days ago, or yesterday?", first) == (
+        weighing.DateRange(date(1, 1, 2), date(1, 1, 2)),
+    )
+    assert weighing.question_dates("What did we decide three weeks ago?", first) == ()
+    last = date(9999, 12, 31)
+    yesterday = weighing.question_dates("What did we decide yesterday?", last)
+    assert weighing.on_a_date(yesterday, datetime(9999, 12, 31, 23, tzinfo=UTC)) == 1.0
+    assert weighing.question_dates("What did we decide yesterday?", date(1, 1, 1)) == ()
+    assert weighing.on_a_date((weighing.DateRange(date(1, 1, 1), date(1, 1, 1)),), datetime(1, 1, 2, tzinfo=UTC)) == 1.0
+
+
 def test_a_near_copy_is_one_whose_words_mostly_are_another_s() -> None:
     assert weighing.near_copy("The user prefers a window seat!", ["the user prefers a window seat"])
     assert not weighing.near_copy("The user prefers an aisle seat", ["The user prefers a window seat"])

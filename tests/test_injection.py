@@ -6,6 +6,7 @@ import pytest
 from contextfold import Client, InvalidArgument
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 from contextfold_server.engine.weighing import SIGNALS
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from harness.messages import assistant, unique, user
 
@@ -216,6 +217,11 @@ def test_every_block_and_message_not_folded_into_comes_back_byte_identical(serve
         ([{"role": "user", "content": [{"text": "x"}]}], {"app_state": {"k": "a\x00b"}}, "app_state.k"),
         ([{"role": "user", "content": [{"text": "x"}]}], {"query": "q" * 16_385}, "memory.query"),
         ([{"role": "user", "content": [{"text": "x"}]}], {"agent": {"id": "line\nbreak"}}, "agent.id"),
+        (
+            [{"role": "user", "content": [{"text": "x"}]}],
+            {"asked_time": Timestamp(seconds=253_402_300_800)},  # the first second of year 10000
+            "memory.asked_time",
+        ),
     ],
 )
 def test_bad_inject_requests_name_the_field(client: Client, messages, options, field) -> None:

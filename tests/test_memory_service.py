@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from contextfold import AlreadyExists, Client, FailedPrecondition, InvalidArgument, NotFound
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from harness.messages import unique
 
@@ -177,6 +178,7 @@ def nested(depth: int) -> dict:
         (lambda cf, s: cf.search_memories("  "), "query"),
         (lambda cf, s: cf.search_memories("q", max_results=1000), "max_results"),
         (lambda cf, s: cf.search_memories("q", min_score=-2.0), "min_score"),
+        (lambda cf, s: cf.search_memories("q", asked_time=Timestamp(seconds=253_402_300_800)), "asked_time"),
         (lambda cf, s: list(cf.list_memories(s, page_size=-1)), "page_size"),
         (lambda cf, s: cf.get_memory(""), "id"),
         (lambda cf, s: cf.delete_memories([]), "ids"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 import grpc
@@ -878,6 +878,33 @@ def test_a_day_named_by_when_it_is_asked_lifts_the_entries_of_that_day(client: C
     # A day ahead is not read: nothing was written then.
     ahead = client.inject([user("What will we agree about the release tomorrow?")], stores=[store], explain=True)
     assert all(c.inputs["date"] == 0.0 for c in ahead.report.candidates if c.inputs)
+
+
+def test_a_conversation_replayed_reads_its_days_against_the_time_it_was_asked(client: Client, make_store) -> None:
+    """A caller replaying a conversation says when each question was asked (`asked_time`): "yesterday" is
+    then the day before it, in Inject and in SearchMemories alike, and not the day before the call."""
+    store = make_store("replayed")
+    prefix = unique("replayed")
+    agreed = {
+        date(2023, 5, 2): "We agreed to move the release to a blue-green rollout.",
+        date(2023, 5, 9): "We agreed to freeze the release branch until the audit ends.",
+        date(2023, 5, 16): "We agreed the release notes go out in French and German too.",
+    }
+    dated = [{"id": f"{prefix}-{day}", "content": said, "metadata": {"date": str(day)}} for day, said in agreed.items()]
+    client.add_memories(store, dated)
+    asked = "What did we agree about the release yesterday?"
+    for day in agreed:
+        # The morning after, when the question is asked.
+        at = datetime.combine(day + timedelta(days=1), time(9), tzinfo=UTC)
+        result = client.inject([user(asked)], stores=[store], explain=True, asked_time=at)
+        assert result.report.entries[0].id == f"{prefix}-{day}", day
+        weighed = [c for c in result.report.candidates if c.inputs]
+        assert [c.id for c in weighed if c.inputs["date"] == 1.0] == [f"{prefix}-{day}"]
+        found = client.search_memories(asked, stores=[store], asked_time=at)
+        assert found[0].memory.id == f"{prefix}-{day}", day
+    # Without it, "yesterday" is the day before the call, when none of them was written.
+    now = client.inject([user(asked)], stores=[store], explain=True)
+    assert all(c.inputs["date"] == 0.0 for c in now.report.candidates if c.inputs)
 
 
 def test_a_near_copy_does_not_take_a_second_slot(client: Client, make_store) -> None:

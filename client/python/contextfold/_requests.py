@@ -121,6 +121,9 @@ class InjectOptions(InjectSettings, total=False):
     """The agent asking: `{"id": …, "name": …}`."""
     explain: bool
     """Say in the report why each candidate entry was injected or left out (`report.candidates`)."""
+    asked_time: datetime | None
+    """When the question is asked, for the days it names by when it is asked ("yesterday", "last
+    week"): set it when replaying a conversation recorded earlier; the call's own time when not given."""
 
 
 class SearchOptions(TypedDict, total=False):
@@ -138,6 +141,8 @@ class SearchOptions(TypedDict, total=False):
     """How entries are ranked; the server's default when not given."""
     filter: FilterLike
     """Only entries matching this filter (see `filter_message`)."""
+    asked_time: datetime | None
+    """When the question is asked, for the days it names by when it is asked (as `inject`'s)."""
 
 
 def known(options: Mapping[str, Any], allowed: Any, call: str) -> None:
@@ -164,6 +169,7 @@ def inject(messages: Iterable[Mapping[str, Any]], options: InjectOptions) -> inj
         format_template=options.get("format_template", ""),
         ranking=ranking_value(options.get("ranking")),
         filter=filter_message(options.get("filter")),
+        asked_time=_asked_time(options.get("asked_time")),
     )
     max_entries, min_score = options.get("max_entries"), options.get("min_score")
     if max_entries is not None:
@@ -224,6 +230,10 @@ def timestamp(value: datetime | timestamp_pb2.Timestamp) -> timestamp_pb2.Timest
     converted = timestamp_pb2.Timestamp()
     converted.FromDatetime(value)
     return converted
+
+
+def _asked_time(value: datetime | timestamp_pb2.Timestamp | None) -> timestamp_pb2.Timestamp | None:
+    return None if value is None else timestamp(value)
 
 
 _TESTS = ("eq", "in", "contains", "gt", "gte", "lt", "lte", "exists")
@@ -323,6 +333,7 @@ def search(query: str, scope_: ScopeLike, options: SearchOptions) -> memory_pb2.
         scope=scope(scope_),
         ranking=ranking_value(options.get("ranking")),
         filter=filter_message(options.get("filter")),
+        asked_time=_asked_time(options.get("asked_time")),
     )
     min_score = options.get("min_score")
     if min_score is not None:

@@ -395,8 +395,9 @@ class Client:
 
         The options (`InjectOptions`, each documented there) are the trigger, memory's search
         (stores, max_entries, query, query_vector, scope, min_score, ranking, filter, …), its
-        format, the providers to ask, the token budget, and the agent's state. `timeout` (seconds)
-        is this call's deadline instead of the client's.
+        format, the providers to ask, the token budget, the agent's state, and when the question is
+        asked (`asked_time`, for a conversation replayed). `timeout` (seconds) is this call's deadline
+        instead of the client's.
         """
         return self._run(_calls.inject(messages, options), timeout)
 
@@ -427,7 +428,8 @@ class Client:
         """The entries nearest `query` (or `query_vector`), best first. The options (`SearchOptions`):
         stores, max_results, min_score, query_vector, ranking ("similarity", "store_aware", "hybrid",
         "rerank"; the server's default when not given), filter (a dict: `{"topic": "food", "rating":
-        {"gte": 3}}`; see `contextfold._requests.filter_message`)."""
+        {"gte": 3}}`; see `contextfold._requests.filter_message`), asked_time (a datetime: when the
+        question is asked, for the days it names by it, "yesterday"; now when not given)."""
         return self._run(_calls.search_memories(query, scope, options))
 
     def get_memory(self, memory_id: str) -> memory_pb2.Memory:

@@ -11,6 +11,7 @@
  * Each client reads its own writes through read replicas (`readingYourWrites`).
  */
 import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type CallOptions, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { fromProtoMessages, toProtoMessages, type MessageData } from "./convert.js";
@@ -108,6 +109,11 @@ export interface InjectOptions {
   agent?: { id?: string; name?: string };
   /** Say in the report why each candidate entry was injected or left out (`report.candidates`). */
   explain?: boolean;
+  /**
+   * When the question is asked, for the days it names by when it is asked ("yesterday", "last
+   * week"): set it when replaying a conversation recorded earlier; the call's own time when not given.
+   */
+  askedTime?: Date;
 }
 
 /** The folded conversation and the report of what was injected, or why not. */
@@ -156,6 +162,7 @@ export function injectRequest(messages: readonly MessageData[], options: InjectO
       formatTemplate: options.formatTemplate ?? "",
       ranking: choice(RANKINGS, "ranking", options.ranking, Ranking.UNSPECIFIED),
       filter: options.filter === undefined ? undefined : filterMessage(options.filter),
+      askedTime: options.askedTime === undefined ? undefined : timestampFromDate(options.askedTime),
     },
     providers: options.providers ?? [],
     maxTokens: options.maxTokens ?? 0,

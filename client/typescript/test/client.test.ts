@@ -144,6 +144,25 @@ test("the ranking is chosen per call and the report names it", async () => {
   assert.throws(() => injectRequest(ask, { ranking: "alphabetical" as "hybrid" }), /unknown ranking "alphabetical"/);
 });
 
+test("a replayed question reads its days against when it was asked", async () => {
+  const store = await fixture.store("replayed");
+  const decided = (day: string, content: string) => ({ id: `${store}-${day}`, content, metadata: { date: day } });
+  await cf.memory.addMemories({
+    store,
+    memories: [
+      decided("2023-05-02", "We agreed to move the release to a blue-green rollout."),
+      decided("2023-05-09", "We agreed to freeze the release branch until the audit ends."),
+    ],
+  });
+  const ask = [{ role: "user" as const, content: [{ text: "What did we agree about the release yesterday?" }] }];
+  const askedTime = new Date("2023-05-10T09:00:00Z");
+  assert.equal(injectRequest(ask, { askedTime }).memory?.askedTime?.seconds, BigInt(askedTime.getTime() / 1000));
+  const replayed = await cf.inject(ask, { stores: [store], explain: true, askedTime });
+  assert.equal(replayed.report.entries[0].id, `${store}-2023-05-09`);
+  const dated = replayed.report.candidates.filter((candidate) => candidate.inputs.date === 1);
+  assert.deepEqual(dated.map((candidate) => candidate.id), [`${store}-2023-05-09`]);
+});
+
 test("a Strands conversation goes through the service and back unchanged, bytes and all", async () => {
   const conversation: MessageData[] = [
     { role: "user", content: [{ text: "What is in this picture?" }, { image: { format: "png", source: { bytes: new Uint8Array([137, 80, 78, 71, 0, 255]) } } }] },

@@ -289,8 +289,8 @@ def _search_query(
     text: str, vector: Sequence[float], stores: Sequence[str], at: str, message: Message, capabilities: Capabilities
 ) -> dict[str, Any]:
     """What Inject's memory options and SearchMemories share, checked alike (`at`: where the options sit
-    in the request, "" or "memory."): the query, its vector, the stores, the least score, the ranking and
-    the filter, as `SearchQuery`'s fields."""
+    in the request, "" or "memory."): the query, its vector, the stores, the least score, the ranking,
+    the filter and when the question is asked, as `SearchQuery`'s fields."""
     check_query(text, f"{at}query")
     check_vector(vector, f"{at}query_vector")
     check_store_names(stores, f"{at}stores")
@@ -301,6 +301,7 @@ def _search_query(
         "min_score": check_min_score(message, f"{at}min_score"),
         "ranking": _ranking(getattr(message, "ranking"), f"{at}ranking", capabilities),  # noqa: B009
         "filter": _filter(message, f"{at}filter"),
+        "asked_time": _time(message, "asked_time", f"{at}asked_time"),
     }
 
 
@@ -354,6 +355,7 @@ def parse_inject(request: injection_pb2.InjectRequest, caller: Caller, capabilit
         format_template=format_template,
         ranking=searched["ranking"],
         filter=searched["filter"],
+        asked_time=searched["asked_time"],
         explain=request.explain,
     )
     check_provider_names(request.providers, "providers", RESERVED_SOURCES)

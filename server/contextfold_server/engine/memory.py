@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 from .conversation import Turn, injected_entry_ids, shown_texts
@@ -56,6 +57,8 @@ class MemoryRequest:
     ranking: Ranking | None = None
     # Only entries matching it.
     filter: Filter | None = None
+    # When the question is asked, for the days it names by when it is asked ("yesterday"); None: now.
+    asked_time: datetime | None = None
     # Say why each candidate was injected or left out (`explain.py`).
     explain: bool = False
 
@@ -85,6 +88,8 @@ class SearchQuery:
     explain: bool = False
     # Leave out what the default ranking judges not relevant enough (Inject asks; a `min_score` replaces it).
     gate: bool = False
+    # When the question is asked, for the days it names by when it is asked ("yesterday"); None: now.
+    asked_time: datetime | None = None
 
 
 @dataclass
@@ -158,6 +163,7 @@ async def retrieve_memory(
         filter=request.filter,
         explain=request.explain,
         gate=request.min_score is None,
+        asked_time=request.asked_time,
     )
     result = await search(search_query)
     stages.done("search")

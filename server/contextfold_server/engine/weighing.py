@@ -190,10 +190,8 @@ class DateRange:
     last: date
 
     def holds(self, when: datetime) -> bool:
-        return self.first - _EITHER_SIDE <= when.date() <= self.last + _EITHER_SIDE
-
-
-_EITHER_SIDE = timedelta(days=1)
+        # Differences of days, which cannot pass the calendar's ends as a day before its first would.
+        return (when.date() - self.first).days >= -1 and (when.date() - self.last).days <= 1
 
 
 def question_dates(text: str, today: date | None = None) -> tuple[DateSpan | DateRange, ...]:
@@ -247,8 +245,20 @@ _LAST = re.compile(r"\blast\s+(week|weekend|month|year|" + "|".join(_WEEKDAYS) +
 def relative_dates(text: str, today: date) -> list[tuple[re.Match[str], DateSpan | DateRange]]:
     """The past days `text` names by `today` (`question_dates`), each with where it says so, in the
     order it names them. A week is Monday to Sunday; "last Friday" is the Friday before today; "two
-    weeks ago" is a week around that day; "a month ago" is that month, "a year ago" that year."""
+    weeks ago" is a week around that day; "a month ago" is that month, "a year ago" that year. A day
+    before the calendar's first (a caller's `asked_time` in year 1) names nothing."""
     found: list[tuple[re.Match[str], DateSpan | DateRange]] = []
+    for pattern in (_BEFORE_YESTERDAY, _YESTERDAY, _AGO, _LAST):
+        for match in pattern.finditer(text):
+            try:
+                found.append((match, _named_by(match, pattern, today)))
+            except OverflowError:
+                continue
+    return sorted(found, key=lambda named: named[0].start())
+
+
+def _named_by(match: re.Match[str], pattern: re.Pattern[str], today: date) -> DateSpan | DateRange:
+    """The days one of `relative_dates`' readings (`match`, of `pattern`) names by `today`."""
 
     def day(back: int) -> DateRange:
         return DateRange(today - timedelta(days=back), today - timedelta(days=back))
@@ -257,37 +267,33 @@ def relative_dates(text: str, today: date) -> list[tuple[re.Match[str], DateSpan
         year, month = divmod(today.year * 12 + today.month - 1 - back, 12)
         return DateSpan(year, month + 1)
 
-    for match in _BEFORE_YESTERDAY.finditer(text):
-        found.append((match, day(2)))
-    for match in _YESTERDAY.finditer(text):
-        found.append((match, day(1)))
-    for match in _AGO.finditer(text):
+    if pattern is _BEFORE_YESTERDAY:
+        return day(2)
+    if pattern is _YESTERDAY:
+        return day(1)
+    if pattern is _AGO:
         count = int(match[1]) if match[1].isdigit() else _COUNTS[match[1].lower()]
         unit = match[2].lower()
         if unit == "day":
-            found.append((match, day(count)))
-        elif unit == "week":
+            return day(count)
+        if unit == "week":
             middle = today - timedelta(weeks=count)
-            found.append((match, DateRange(middle - timedelta(days=3), middle + timedelta(days=3))))
-        elif unit == "month":
-            found.append((match, month(count)))
-        else:
-            found.append((match, DateSpan(today.year - count)))
-    for match in _LAST.finditer(text):
-        what = match[1].lower()
-        if what == "week":
-            monday = today - timedelta(days=today.weekday())
-            found.append((match, DateRange(monday - timedelta(days=7), monday - timedelta(days=1))))
-        elif what == "weekend":
-            sunday = today - timedelta(days=(today.weekday() - 6) % 7 or 7)
-            found.append((match, DateRange(sunday - timedelta(days=1), sunday)))
-        elif what == "month":
-            found.append((match, month(1)))
-        elif what == "year":
-            found.append((match, DateSpan(today.year - 1)))
-        else:
-            found.append((match, day((today.weekday() - _WEEKDAYS[what]) % 7 or 7)))
-    return sorted(found, key=lambda named: named[0].start())
+            return DateRange(middle - timedelta(days=3), middle + timedelta(days=3))
+        if unit == "month":
+            return month(count)
+        return DateSpan(today.year - count)
+    what = match[1].lower()
+    if what == "week":
+        monday = today - timedelta(days=today.weekday())
+        return DateRange(monday - timedelta(days=7), monday - timedelta(days=1))
+    if what == "weekend":
+        sunday = today - timedelta(days=(today.weekday() - 6) % 7 or 7)
+        return DateRange(sunday - timedelta(days=1), sunday)
+    if what == "month":
+        return month(1)
+    if what == "year":
+        return DateSpan(today.year - 1)
+    return day((today.weekday() - _WEEKDAYS[what]) % 7 or 7)
 
 
 def _year(text: str | None) -> int | None:

@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC
 
 from ..embedding.batching import BatchingEmbedder
 from ..embedding.local import LocalEmbedder
@@ -100,8 +101,10 @@ class MemorySearcher:
         nearest_only = strategy is Ranking.SIMILARITY or (
             strategy is Ranking.STORE_AWARE and len(query.stores) == 1 and not words
         )
-        # Dates named by when they are asked ("yesterday") are read against the call's own day.
-        question = Asked.of("" if nearest_only else query.text, today=self.store.now().date())
+        # Dates named by when they are asked ("yesterday") are read against the day the caller says it is
+        # asked (a conversation replayed), else the call's own, in UTC.
+        asked_at = query.asked_time or self.store.now()
+        question = Asked.of("" if nearest_only else query.text, today=asked_at.astimezone(UTC).date())
         # A question asking several things is searched for each as well, by vectors of the server's own model
         # (beside a caller's vector, a part's would be another model's).
         parts = question.parts if strategy is Ranking.STORE_AWARE and not query.vector else ()

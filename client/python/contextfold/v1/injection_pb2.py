@@ -26,9 +26,10 @@ from contextfold.v1 import conversation_pb2 as contextfold_dot_v1_dot_conversati
 from contextfold.v1 import memory_pb2 as contextfold_dot_v1_dot_memory__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ontextfold/v1/injection.proto\x12\x0e\x63ontextfold.v1\x1a!contextfold/v1/conversation.proto\x1a\x1b\x63ontextfold/v1/memory.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x8d\x03\n\rMemoryOptions\x12\x0e\n\x06stores\x18\x01 \x03(\t\x12\x18\n\x0bmax_entries\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05query\x18\x03 \x01(\t\x12$\n\x05scope\x18\x04 \x01(\x0b\x32\x15.contextfold.v1.Scope\x12\x16\n\tmin_score\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x14\n\x0cquery_vector\x18\x06 \x03(\x02\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12\x12\n\nmax_tokens\x18\x08 \x01(\x05\x12\x18\n\x10query_expression\x18\t \x01(\t\x12&\n\x06\x66ormat\x18\n \x01(\x0e\x32\x16.contextfold.v1.Format\x12\x17\n\x0f\x66ormat_template\x18\x0b \x01(\t\x12(\n\x07ranking\x18\x0c \x01(\x0e\x32\x17.contextfold.v1.Ranking\x12&\n\x06\x66ilter\x18\r \x01(\x0b\x32\x16.contextfold.v1.FilterB\x0e\n\x0c_max_entriesB\x0c\n\n_min_score\"!\n\x05\x41gent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xcb\x02\n\rInjectRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12(\n\x07trigger\x18\x02 \x01(\x0e\x32\x17.contextfold.v1.Trigger\x12-\n\x06memory\x18\x03 \x01(\x0b\x32\x1d.contextfold.v1.MemoryOptions\x12*\n\tapp_state\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12$\n\x05\x61gent\x18\x05 \x01(\x0b\x32\x15.contextfold.v1.Agent\x12\x11\n\tproviders\x18\x06 \x03(\t\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x10\n\x08\x63oalesce\x18\x08 \x01(\x08\x12\x1a\n\x12trigger_expression\x18\t \x01(\t\x12\x0f\n\x07\x65xplain\x18\n \x01(\x08\"\xc0\x01\n\x0cSourceReport\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08injected\x18\x02 \x01(\x08\x12/\n\x0bskip_reason\x18\x03 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"9\n\rInjectedEntry\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05store\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\x8c\x03\n\x0f\x43\x61ndidateReport\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05store\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\r\n\x05score\x18\x04 \x01(\x02\x12\x12\n\nsimilarity\x18\x05 \x01(\x02\x12=\n\x07signals\x18\x06 \x03(\x0b\x32,.contextfold.v1.CandidateReport.SignalsEntry\x12\x31\n\x07verdict\x18\x07 \x01(\x0e\x32 .contextfold.v1.CandidateVerdict\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x0c\n\x04rank\x18\t \x01(\x05\x12;\n\x06inputs\x18\n \x03(\x0b\x32+.contextfold.v1.CandidateReport.InputsEntry\x1a.\n\x0cSignalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\x97\x04\n\x0fInjectionReport\x12\x10\n\x08injected\x18\x01 \x01(\x08\x12/\n\x0bskip_reason\x18\x02 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12.\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x1d.contextfold.v1.InjectedEntry\x12\x1c\n\x14target_message_index\x18\x06 \x01(\x05\x12L\n\x0fstage_durations\x18\x07 \x03(\x0b\x32\x33.contextfold.v1.InjectionReport.StageDurationsEntry\x12-\n\x07sources\x18\x08 \x03(\x0b\x32\x1c.contextfold.v1.SourceReport\x12\x14\n\x0ctotal_tokens\x18\t \x01(\x05\x12(\n\x07ranking\x18\n \x01(\x0e\x32\x17.contextfold.v1.Ranking\x12\x10\n\x08\x64\x61tabase\x18\x0b \x01(\t\x12\x33\n\ncandidates\x18\x0c \x03(\x0b\x32\x1f.contextfold.v1.CandidateReport\x1aP\n\x13StageDurationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration:\x02\x38\x01\"l\n\x0eInjectResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12/\n\x06report\x18\x02 \x01(\x0b\x32\x1f.contextfold.v1.InjectionReport*Q\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x15\n\x11TRIGGER_USER_TURN\x10\x01\x12\x16\n\x12TRIGGER_EVERY_TURN\x10\x02*Y\n\x06\x46ormat\x12\x16\n\x12\x46ORMAT_UNSPECIFIED\x10\x00\x12\x0e\n\nFORMAT_XML\x10\x01\x12\x12\n\x0e\x46ORMAT_BULLETS\x10\x02\x12\x13\n\x0f\x46ORMAT_MARKDOWN\x10\x03*\xc5\x02\n\nSkipReason\x12\x1b\n\x17SKIP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19SKIP_REASON_NOT_TRIGGERED\x10\x01\x12\x18\n\x14SKIP_REASON_NO_QUERY\x10\x02\x12\x1f\n\x1bSKIP_REASON_NO_USER_MESSAGE\x10\x03\x12\x1a\n\x16SKIP_REASON_NO_ENTRIES\x10\x04\x12 \n\x1cSKIP_REASON_ALREADY_INJECTED\x10\x05\x12\x1a\n\x16SKIP_REASON_EMPTY_TEXT\x10\x06\x12\x16\n\x12SKIP_REASON_FAILED\x10\x07\x12\x18\n\x14SKIP_REASON_DISABLED\x10\x08\x12\x17\n\x13SKIP_REASON_TIMEOUT\x10\t\x12\x1b\n\x17SKIP_REASON_OVER_BUDGET\x10\n*\xd1\x02\n\x10\x43\x61ndidateVerdict\x12!\n\x1d\x43\x41NDIDATE_VERDICT_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43\x41NDIDATE_VERDICT_INJECTED\x10\x01\x12\"\n\x1e\x43\x41NDIDATE_VERDICT_RANKED_BELOW\x10\x02\x12%\n!CANDIDATE_VERDICT_BELOW_MIN_SCORE\x10\x03\x12%\n!CANDIDATE_VERDICT_IN_CONVERSATION\x10\x04\x12!\n\x1d\x43\x41NDIDATE_VERDICT_OVER_BUDGET\x10\x05\x12 \n\x1c\x43\x41NDIDATE_VERDICT_NOT_FOLDED\x10\x06\x12\"\n\x1e\x43\x41NDIDATE_VERDICT_NOT_RELEVANT\x10\x07\x12\x1f\n\x1b\x43\x41NDIDATE_VERDICT_NEAR_COPY\x10\x08\x32`\n\x10InjectionService\x12L\n\x06Inject\x12\x1d.contextfold.v1.InjectRequest\x1a\x1e.contextfold.v1.InjectResponse\"\x03\x90\x02\x01\x42l\n\x12\x64\x65v.contextfold.v1B\x0eInjectionProtoP\x01Z3contextfold.dev/go/gen/contextfold/v1;contextfoldv1\xaa\x02\x0e\x43ontextfold.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63ontextfold/v1/injection.proto\x12\x0e\x63ontextfold.v1\x1a!contextfold/v1/conversation.proto\x1a\x1b\x63ontextfold/v1/memory.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x03\n\rMemoryOptions\x12\x0e\n\x06stores\x18\x01 \x03(\t\x12\x18\n\x0bmax_entries\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05query\x18\x03 \x01(\t\x12$\n\x05scope\x18\x04 \x01(\x0b\x32\x15.contextfold.v1.Scope\x12\x16\n\tmin_score\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x14\n\x0cquery_vector\x18\x06 \x03(\x02\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12\x12\n\nmax_tokens\x18\x08 \x01(\x05\x12\x18\n\x10query_expression\x18\t \x01(\t\x12&\n\x06\x66ormat\x18\n \x01(\x0e\x32\x16.contextfold.v1.Format\x12\x17\n\x0f\x66ormat_template\x18\x0b \x01(\t\x12(\n\x07ranking\x18\x0c \x01(\x0e\x32\x17.contextfold.v1.Ranking\x12&\n\x06\x66ilter\x18\r \x01(\x0b\x32\x16.contextfold.v1.Filter\x12.\n\nasked_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0e\n\x0c_max_entriesB\x0c\n\n_min_score\"!\n\x05\x41gent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xcb\x02\n\rInjectRequest\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12(\n\x07trigger\x18\x02 \x01(\x0e\x32\x17.contextfold.v1.Trigger\x12-\n\x06memory\x18\x03 \x01(\x0b\x32\x1d.contextfold.v1.MemoryOptions\x12*\n\tapp_state\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12$\n\x05\x61gent\x18\x05 \x01(\x0b\x32\x15.contextfold.v1.Agent\x12\x11\n\tproviders\x18\x06 \x03(\t\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x10\n\x08\x63oalesce\x18\x08 \x01(\x08\x12\x1a\n\x12trigger_expression\x18\t \x01(\t\x12\x0f\n\x07\x65xplain\x18\n \x01(\x08\"\xc0\x01\n\x0cSourceReport\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x10\n\x08injected\x18\x02 \x01(\x08\x12/\n\x0bskip_reason\x18\x03 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"9\n\rInjectedEntry\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05store\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\x8c\x03\n\x0f\x43\x61ndidateReport\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05store\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\r\n\x05score\x18\x04 \x01(\x02\x12\x12\n\nsimilarity\x18\x05 \x01(\x02\x12=\n\x07signals\x18\x06 \x03(\x0b\x32,.contextfold.v1.CandidateReport.SignalsEntry\x12\x31\n\x07verdict\x18\x07 \x01(\x0e\x32 .contextfold.v1.CandidateVerdict\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x0c\n\x04rank\x18\t \x01(\x05\x12;\n\x06inputs\x18\n \x03(\x0b\x32+.contextfold.v1.CandidateReport.InputsEntry\x1a.\n\x0cSignalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\x97\x04\n\x0fInjectionReport\x12\x10\n\x08injected\x18\x01 \x01(\x08\x12/\n\x0bskip_reason\x18\x02 \x01(\x0e\x32\x1a.contextfold.v1.SkipReason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12.\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x1d.contextfold.v1.InjectedEntry\x12\x1c\n\x14target_message_index\x18\x06 \x01(\x05\x12L\n\x0fstage_durations\x18\x07 \x03(\x0b\x32\x33.contextfold.v1.InjectionReport.StageDurationsEntry\x12-\n\x07sources\x18\x08 \x03(\x0b\x32\x1c.contextfold.v1.SourceReport\x12\x14\n\x0ctotal_tokens\x18\t \x01(\x05\x12(\n\x07ranking\x18\n \x01(\x0e\x32\x17.contextfold.v1.Ranking\x12\x10\n\x08\x64\x61tabase\x18\x0b \x01(\t\x12\x33\n\ncandidates\x18\x0c \x03(\x0b\x32\x1f.contextfold.v1.CandidateReport\x1aP\n\x13StageDurationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration:\x02\x38\x01\"l\n\x0eInjectResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.contextfold.v1.Message\x12/\n\x06report\x18\x02 \x01(\x0b\x32\x1f.contextfold.v1.InjectionReport*Q\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x15\n\x11TRIGGER_USER_TURN\x10\x01\x12\x16\n\x12TRIGGER_EVERY_TURN\x10\x02*Y\n\x06\x46ormat\x12\x16\n\x12\x46ORMAT_UNSPECIFIED\x10\x00\x12\x0e\n\nFORMAT_XML\x10\x01\x12\x12\n\x0e\x46ORMAT_BULLETS\x10\x02\x12\x13\n\x0f\x46ORMAT_MARKDOWN\x10\x03*\xc5\x02\n\nSkipReason\x12\x1b\n\x17SKIP_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19SKIP_REASON_NOT_TRIGGERED\x10\x01\x12\x18\n\x14SKIP_REASON_NO_QUERY\x10\x02\x12\x1f\n\x1bSKIP_REASON_NO_USER_MESSAGE\x10\x03\x12\x1a\n\x16SKIP_REASON_NO_ENTRIES\x10\x04\x12 \n\x1cSKIP_REASON_ALREADY_INJECTED\x10\x05\x12\x1a\n\x16SKIP_REASON_EMPTY_TEXT\x10\x06\x12\x16\n\x12SKIP_REASON_FAILED\x10\x07\x12\x18\n\x14SKIP_REASON_DISABLED\x10\x08\x12\x17\n\x13SKIP_REASON_TIMEOUT\x10\t\x12\x1b\n\x17SKIP_REASON_OVER_BUDGET\x10\n*\xd1\x02\n\x10\x43\x61ndidateVerdict\x12!\n\x1d\x43\x41NDIDATE_VERDICT_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43\x41NDIDATE_VERDICT_INJECTED\x10\x01\x12\"\n\x1e\x43\x41NDIDATE_VERDICT_RANKED_BELOW\x10\x02\x12%\n!CANDIDATE_VERDICT_BELOW_MIN_SCORE\x10\x03\x12%\n!CANDIDATE_VERDICT_IN_CONVERSATION\x10\x04\x12!\n\x1d\x43\x41NDIDATE_VERDICT_OVER_BUDGET\x10\x05\x12 \n\x1c\x43\x41NDIDATE_VERDICT_NOT_FOLDED\x10\x06\x12\"\n\x1e\x43\x41NDIDATE_VERDICT_NOT_RELEVANT\x10\x07\x12\x1f\n\x1b\x43\x41NDIDATE_VERDICT_NEAR_COPY\x10\x08\x32`\n\x10InjectionService\x12L\n\x06Inject\x12\x1d.contextfold.v1.InjectRequest\x1a\x1e.contextfold.v1.InjectResponse\"\x03\x90\x02\x01\x42l\n\x12\x64\x65v.contextfold.v1B\x0eInjectionProtoP\x01Z3contextfold.dev/go/gen/contextfold/v1;contextfoldv1\xaa\x02\x0e\x43ontextfold.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,36 +45,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_options = b'8\001'
   _globals['_INJECTIONSERVICE'].methods_by_name['Inject']._loaded_options = None
   _globals['_INJECTIONSERVICE'].methods_by_name['Inject']._serialized_options = b'\220\002\001'
-  _globals['_TRIGGER']._serialized_start=2246
-  _globals['_TRIGGER']._serialized_end=2327
-  _globals['_FORMAT']._serialized_start=2329
-  _globals['_FORMAT']._serialized_end=2418
-  _globals['_SKIPREASON']._serialized_start=2421
-  _globals['_SKIPREASON']._serialized_end=2746
-  _globals['_CANDIDATEVERDICT']._serialized_start=2749
-  _globals['_CANDIDATEVERDICT']._serialized_end=3086
-  _globals['_MEMORYOPTIONS']._serialized_start=177
-  _globals['_MEMORYOPTIONS']._serialized_end=574
-  _globals['_AGENT']._serialized_start=576
-  _globals['_AGENT']._serialized_end=609
-  _globals['_INJECTREQUEST']._serialized_start=612
-  _globals['_INJECTREQUEST']._serialized_end=943
-  _globals['_SOURCEREPORT']._serialized_start=946
-  _globals['_SOURCEREPORT']._serialized_end=1138
-  _globals['_INJECTEDENTRY']._serialized_start=1140
-  _globals['_INJECTEDENTRY']._serialized_end=1197
-  _globals['_CANDIDATEREPORT']._serialized_start=1200
-  _globals['_CANDIDATEREPORT']._serialized_end=1596
-  _globals['_CANDIDATEREPORT_SIGNALSENTRY']._serialized_start=1503
-  _globals['_CANDIDATEREPORT_SIGNALSENTRY']._serialized_end=1549
-  _globals['_CANDIDATEREPORT_INPUTSENTRY']._serialized_start=1551
-  _globals['_CANDIDATEREPORT_INPUTSENTRY']._serialized_end=1596
-  _globals['_INJECTIONREPORT']._serialized_start=1599
-  _globals['_INJECTIONREPORT']._serialized_end=2134
-  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_start=2054
-  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_end=2134
-  _globals['_INJECTRESPONSE']._serialized_start=2136
-  _globals['_INJECTRESPONSE']._serialized_end=2244
-  _globals['_INJECTIONSERVICE']._serialized_start=3088
-  _globals['_INJECTIONSERVICE']._serialized_end=3184
+  _globals['_TRIGGER']._serialized_start=2327
+  _globals['_TRIGGER']._serialized_end=2408
+  _globals['_FORMAT']._serialized_start=2410
+  _globals['_FORMAT']._serialized_end=2499
+  _globals['_SKIPREASON']._serialized_start=2502
+  _globals['_SKIPREASON']._serialized_end=2827
+  _globals['_CANDIDATEVERDICT']._serialized_start=2830
+  _globals['_CANDIDATEVERDICT']._serialized_end=3167
+  _globals['_MEMORYOPTIONS']._serialized_start=210
+  _globals['_MEMORYOPTIONS']._serialized_end=655
+  _globals['_AGENT']._serialized_start=657
+  _globals['_AGENT']._serialized_end=690
+  _globals['_INJECTREQUEST']._serialized_start=693
+  _globals['_INJECTREQUEST']._serialized_end=1024
+  _globals['_SOURCEREPORT']._serialized_start=1027
+  _globals['_SOURCEREPORT']._serialized_end=1219
+  _globals['_INJECTEDENTRY']._serialized_start=1221
+  _globals['_INJECTEDENTRY']._serialized_end=1278
+  _globals['_CANDIDATEREPORT']._serialized_start=1281
+  _globals['_CANDIDATEREPORT']._serialized_end=1677
+  _globals['_CANDIDATEREPORT_SIGNALSENTRY']._serialized_start=1584
+  _globals['_CANDIDATEREPORT_SIGNALSENTRY']._serialized_end=1630
+  _globals['_CANDIDATEREPORT_INPUTSENTRY']._serialized_start=1632
+  _globals['_CANDIDATEREPORT_INPUTSENTRY']._serialized_end=1677
+  _globals['_INJECTIONREPORT']._serialized_start=1680
+  _globals['_INJECTIONREPORT']._serialized_end=2215
+  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_start=2135
+  _globals['_INJECTIONREPORT_STAGEDURATIONSENTRY']._serialized_end=2215
+  _globals['_INJECTRESPONSE']._serialized_start=2217
+  _globals['_INJECTRESPONSE']._serialized_end=2325
+  _globals['_INJECTIONSERVICE']._serialized_start=3169
+  _globals['_INJECTIONSERVICE']._serialized_end=3265
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ from contextfold.v1 import conversation_pb2 as _conversation_pb2
 from contextfold.v1 import memory_pb2 as _memory_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -80,7 +81,7 @@ CANDIDATE_VERDICT_NOT_RELEVANT: CandidateVerdict
 CANDIDATE_VERDICT_NEAR_COPY: CandidateVerdict
 
 class MemoryOptions(_message.Message):
-    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking", "filter")
+    __slots__ = ("stores", "max_entries", "query", "scope", "min_score", "query_vector", "priority", "max_tokens", "query_expression", "format", "format_template", "ranking", "filter", "asked_time")
     STORES_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +95,7 @@ class MemoryOptions(_message.Message):
     FORMAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    ASKED_TIME_FIELD_NUMBER: _ClassVar[int]
     stores: _containers.RepeatedScalarFieldContainer[str]
     max_entries: int
     query: str
@@ -107,7 +109,8 @@ class MemoryOptions(_message.Message):
     format_template: str
     ranking: _memory_pb2.Ranking
     filter: _memory_pb2.Filter
-    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ..., filter: _Optional[_Union[_memory_pb2.Filter, _Mapping]] = ...) -> None: ...
+    asked_time: _timestamp_pb2.Timestamp
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., max_entries: _Optional[int] = ..., query: _Optional[str] = ..., scope: _Optional[_Union[_memory_pb2.Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., query_vector: _Optional[_Iterable[float]] = ..., priority: _Optional[int] = ..., max_tokens: _Optional[int] = ..., query_expression: _Optional[str] = ..., format: _Optional[_Union[Format, str]] = ..., format_template: _Optional[str] = ..., ranking: _Optional[_Union[_memory_pb2.Ranking, str]] = ..., filter: _Optional[_Union[_memory_pb2.Filter, _Mapping]] = ..., asked_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("id", "name")

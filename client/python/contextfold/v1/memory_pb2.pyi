@@ -198,7 +198,7 @@ class AddMemoriesResponse(_message.Message):
     def __init__(self, memories: _Optional[_Iterable[_Union[Memory, _Mapping]]] = ...) -> None: ...
 
 class SearchMemoriesRequest(_message.Message):
-    __slots__ = ("query", "query_vector", "stores", "max_results", "scope", "min_score", "ranking", "filter")
+    __slots__ = ("query", "query_vector", "stores", "max_results", "scope", "min_score", "ranking", "filter", "asked_time")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
     STORES_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +207,7 @@ class SearchMemoriesRequest(_message.Message):
     MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    ASKED_TIME_FIELD_NUMBER: _ClassVar[int]
     query: str
     query_vector: _containers.RepeatedScalarFieldContainer[float]
     stores: _containers.RepeatedScalarFieldContainer[str]
@@ -215,7 +216,8 @@ class SearchMemoriesRequest(_message.Message):
     min_score: float
     ranking: Ranking
     filter: Filter
-    def __init__(self, query: _Optional[str] = ..., query_vector: _Optional[_Iterable[float]] = ..., stores: _Optional[_Iterable[str]] = ..., max_results: _Optional[int] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., ranking: _Optional[_Union[Ranking, str]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ...) -> None: ...
+    asked_time: _timestamp_pb2.Timestamp
+    def __init__(self, query: _Optional[str] = ..., query_vector: _Optional[_Iterable[float]] = ..., stores: _Optional[_Iterable[str]] = ..., max_results: _Optional[int] = ..., scope: _Optional[_Union[Scope, _Mapping]] = ..., min_score: _Optional[float] = ..., ranking: _Optional[_Union[Ranking, str]] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., asked_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SearchMemoriesResponse(_message.Message):
     __slots__ = ("results", "ranking", "database")
