@@ -129,6 +129,9 @@ def test_update_versions_and_erase_from_the_command_line(server) -> None:
     assert json.loads(updated.stdout)["content"] == "Lives in Lisbon", updated.stderr
     stale = run_cli(server, "memory", "update", added["id"], "--content", "Lives in Oslo", "--etag", added["etag"])
     assert stale.returncode == 1 and "ABORTED" in stale.stderr
+    # An etag is URL-safe base64: one may begin with "-", which is still read as the etag.
+    dashed = run_cli(server, "memory", "update", added["id"], "--content", "Oslo", "--etag", "-" + added["etag"])
+    assert dashed.returncode == 1 and "ABORTED" in dashed.stderr, dashed.stderr
     versions = json.loads(run_cli(server, "memory", "versions", added["id"]).stdout)
     assert [v["memory"]["content"] for v in versions] == ["Lives in Denver"]
     counted = run_cli(server, "memory", "erase", "--user-id", "u9", "--validate-only")

@@ -439,8 +439,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options whose values are opaque tokens that may begin with "-" (an etag is URL-safe base64), which argparse
+# would take for an option: each is read joined to its value, as `--etag=VALUE` is.
+_OPAQUE_VALUES = ("--etag",)
+
+
+def _joined(argv: list[str]) -> list[str]:
+    """`argv` with each of `_OPAQUE_VALUES` joined to the value after it."""
+    joined: list[str] = []
+    values = iter(argv)
+    for arg in values:
+        following = next(values, None) if arg in _OPAQUE_VALUES else None
+        joined.append(f"{arg}={following}" if following is not None else arg)
+    return joined
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _joined(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command in _SERVER_COMMAND_HELP:
