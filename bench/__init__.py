@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 
 from contextfold_server.config import available_cores
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _unwind(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+# A benchmark stopped by SIGTERM (`timeout`, `kill`) unwinds as one stopped by Ctrl-C does: the servers and
+# databases it started, each in a process group of its own, are stopped by its `finally` blocks rather than
+# left running.
+if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _unwind)
 
 
 def sized_run(description: str, calls: int, name: str) -> argparse.Namespace:
