@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, date, datetime
 
 import pytest
@@ -536,5 +537,12 @@ def test_the_silence_gate_weighs_the_question_s_unknown_names() -> None:
     gate = weighing.Weighing({"standing": 1.0}, 0.0, {"standing": 2.0}, 0.0, threshold=0.5, unknown_names=2.0)
     assert gate.score({"standing": 0.8}) == 0.8 and gate.gate_score({"standing": 0.8}) == 1.6
     assert gate.relevant(1.6, unknown_names=0.0) and not gate.relevant(1.6, unknown_names=1.0)
+    floored = dataclasses.replace(gate, floor=0.2)
+    assert not floored.under_floor({"similarity": 0.2}) and floored.under_floor({"similarity": 0.19})
+    assert not floored.under_floor({"similarity": 0.05, "answers": 0.1}), "a reply is judged by what it answers"
+    assert not floored.under_floor({"similarity": 0.05, "written_answers": 0.1})
+    assert not floored.under_floor({"similarity": 0.05, "words": 0.5}), "it holds half the question's words"
+    assert floored.under_floor({"similarity": 0.05, "words": 0.4})
+    assert not gate.under_floor({"similarity": -0.5}), "no floor: -1"
     shipped = weighing.default_weighing()
     assert set(shipped.weights) == set(weighing.SIGNALS) and all(w >= 0 for w in shipped.weights.values())

@@ -359,7 +359,7 @@ def test_a_fresh_worker_warms_up_before_it_serves_so_its_first_inject_waits_on_n
         assert "warmed up" in log and log.index("warmed up") < log.index("serving on"), log
         with Client(server.address, timeout=30) as cf:
             cf.create_store("notes")
-            cf.add_memories("notes", [{"content": "Ana's dog is Biscuit.", "vector": [0.1] * 384}])
+            cf.add_memories("notes", ["Ana's dog is Biscuit."])
             first = cf.inject([{"role": "user", "content": [{"text": "What is Ana's dog called?"}]}], stores=["notes"])
         assert first.injected
         stages = {name: value.ToNanoseconds() / 1e6 for name, value in first.report.stage_durations.items()}

@@ -24,7 +24,15 @@ from contextfold_server.engine.ranking import (
     stand_out_scores,
     store_aware,
 )
-from contextfold_server.engine.weighing import MOST_PARTS, SPECIFIC_MOST, question_parts, speakers, specific, states
+from contextfold_server.engine.weighing import (
+    MOST_PARTS,
+    SPECIFIC_MOST,
+    default_weighing,
+    question_parts,
+    speakers,
+    specific,
+    states,
+)
 from contextfold_server.memory.records import Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
@@ -961,6 +969,34 @@ def test_a_question_nothing_is_about_gets_nothing_and_the_report_says_why(client
     # The caller's own min_score replaces the gate.
     kept = client.inject([user(elsewhere)], stores=[store], scope={"user_id": talk}, min_score=-1.0)
     assert kept.report.injected and len(kept.report.entries) == 5
+
+
+def test_an_entry_pointing_away_from_the_question_is_not_injected_however_specific(client: Client, make_store) -> None:
+    """The gate's floor: a statement full of names and numbers weighs well on its own, and is still left
+    out of a question whose embedding it points away from, the report saying its similarity fell short."""
+    asked = "How do I reset a forgotten router password?"
+    # The question's own vector, as the server embeds it: the same text, stored and read back.
+    mirror = make_store("mirror")
+    client.add_memories(mirror, [asked])
+    (question,) = [np.array(m.vector) for part in client.export_memories(stores=[mirror]) for m in part.memories]
+    across = np.random.default_rng(11).normal(size=question.shape)
+    across -= (across @ question) * question
+    away = -0.05 * question + np.sqrt(1 - 0.05**2) * across / np.linalg.norm(across)
+    store = make_store("facts")
+    prefix = unique("fact")
+    car = "The user drives a 2019 Volvo V60, registration KX-4412, serviced at Nordic Motors in Uppsala."
+    client.add_memories(store, [{"id": f"{prefix}-car", "content": car, "vector": away.tolist()}])
+    floor = default_weighing().floor
+    result = client.inject([user(asked)], stores=[store], explain=True)
+    assert not result.report.injected and result.report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+    (weighed,) = [c for c in result.report.candidates if c.inputs]
+    assert weighed.verdict == injection_pb2.CANDIDATE_VERDICT_NOT_RELEVANT
+    # The floor decided it: its relevance was over the threshold, its similarity under the floor.
+    assert weighed.inputs["similarity"] == pytest.approx(-0.05, abs=0.01) and weighed.inputs["similarity"] < floor
+    assert weighed.detail == f"similarity {weighed.inputs['similarity']:.2f} is under the floor {floor:.2f}"
+    # A caller's own min_score replaces the gate, floor and all.
+    kept = client.inject([user(asked)], stores=[store], min_score=-1.0)
+    assert [entry.id for entry in kept.report.entries] == [f"{prefix}-car"]
 
 
 def test_a_term_in_capitals_is_no_name_the_scope_must_know_though_it_ends_in_s(client: Client, make_store) -> None:

@@ -66,6 +66,8 @@ GATE_SIGNALS = FITTED_SIGNALS
 # A question-wide signal: the share of the names the question asks about that no entry in the scope holds.
 UNKNOWN_NAMES = "unknown_names"
 WEIGHTS_FILE = Path(__file__).with_name("weighing.json")
+# The share of the question's words (as `words` weighs them) that keeps an entry above the gate's floor.
+FLOOR_WORDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Weighing:
     """The fitted numbers: a weight per signal and an intercept (a candidate's score, which orders the
     candidates, is their sum); and the silence gate, its own weights over `GATE_SIGNALS`: a candidate is
     injected only if its gate score, less `unknown_names` times the question's share of unknown names,
-    reaches `threshold`."""
+    reaches `threshold`, and it is not under the floor (`under_floor`)."""
 
     weights: Mapping[str, float]
     intercept: float
@@ -81,6 +83,8 @@ class Weighing:
     gate_intercept: float
     threshold: float
     unknown_names: float
+    # The least cosine similarity to the question an injected entry has (-1: any).
+    floor: float = -1.0
 
     @classmethod
     def load(cls, path: Path = WEIGHTS_FILE) -> Weighing:
@@ -93,6 +97,7 @@ class Weighing:
             float(gate["intercept"]),
             float(gate["threshold"]),
             float(gate["unknown_names"]),
+            float(gate.get("floor", -1.0)),
         )
 
     def contributions(self, signals: Mapping[str, float]) -> dict[str, float]:
@@ -109,6 +114,16 @@ class Weighing:
         """Whether a candidate of this gate score is relevant enough to inject, for a question whose
         names the scope holds none of in this share."""
         return gate_score - self.unknown_names * unknown_names >= self.threshold
+
+    def under_floor(self, signals: Mapping[str, float]) -> bool:
+        """Whether a candidate is too little like the question to inject, whatever it weighs: its similarity
+        under `floor`, unless it answers the turn before it (`answers`, `written_answers`: a reply such as
+        "Luna and Oliver!" is like the question only through the turn it answers) or holds `FLOOR_WORDS` of
+        the question's words (an entry naming who and what the question names is about it, whatever its
+        embedding says)."""
+        answering = signals.get("answers", 0.0) or signals.get("written_answers", 0.0)
+        worded = signals.get("words", 0.0) >= FLOOR_WORDS
+        return signals.get("similarity", 0.0) < self.floor and not answering and not worded
 
 
 @functools.cache

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 
@@ -193,12 +193,13 @@ class MemorySearcher:
         inputs: dict[str, dict[str, float]] = {}
         scores: dict[str, float] = {}
         gate_scores: dict[str, float] = {}
+        under_floor: set[str] = set()
         if strategy is Ranking.HYBRID:
             order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
             if query.explain:
                 scores, signals = _hybrid_signals(nearest, words)
         else:
-            order, scores, gate_scores = await self._store_aware(
+            order, scores, gate_scores, under_floor = await self._store_aware(
                 namespace,
                 scope,
                 query,
@@ -212,7 +213,9 @@ class MemorySearcher:
                 list(parts.values()),
             )
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
-        left_out = _left_out_of(order, gate_scores, query.limit, self.weighing if gated else None, unknown_names, asked)
+        left_out = _left_out_of(
+            order, gate_scores, under_floor, query.limit, self.weighing if gated else None, unknown_names, asked
+        )
         weighed = order
         order = [entry for entry in order if entry.id not in left_out]
         if query.min_score is not None:
@@ -251,7 +254,7 @@ class MemorySearcher:
         inputs: dict[str, dict[str, float]],
         ahead: Neighbours,
         parts: Sequence[list[Candidate]] = (),
-    ) -> tuple[list[Candidate], dict[str, float], dict[str, float]]:
+    ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str]]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
         crowd and its share of the query's words (`ranking`), then, once the best ones' neighbours
         are read, a better neighbour and a better entry in its session (each measured by the
@@ -263,9 +266,9 @@ class MemorySearcher:
         in its store, also in none: turns stored without a session's id. Its neighbour and the turn
         before it are weighed by signals of their own (`written_neighbour`, `written_answers`): write
         order is a weaker kinship than a session, and where no author is known it means nothing (a
-        store filled by an import has no neighbours read). Best first, with the scores
-        and the silence gate's scores (`Weighing.gate_score`). Explaining, what each signal added goes in `signals` and
-        their values in `inputs`, by id.
+        store filled by an import has no neighbours read). Best first, with the scores, the silence
+        gate's scores (`Weighing.gate_score`) and the entries under its floor (`Weighing.under_floor`).
+        Explaining, what each signal added goes in `signals` and their values in `inputs`, by id.
 
         A question asking several things (`parts`: each part's nearest) is answered part by part: an
         entry stands out by the part it answers best (its similarity to that part, its lead over that
@@ -298,6 +301,7 @@ class MemorySearcher:
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
         scores: dict[str, float] = {}
         gate_scores: dict[str, float] = {}
+        under_floor: set[str] = set()
         stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
         people = speakers(candidate.memory.content for candidate in found.values())
         for entry, candidate in found.items():
@@ -326,11 +330,13 @@ class MemorySearcher:
             }
             scores[entry] = weighing.score(values)
             gate_scores[entry] = weighing.gate_score(values)
+            if weighing.under_floor(values):
+                under_floor.add(entry)
             if query.explain:
                 signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
                 inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
         order = sorted(found.values(), key=lambda c: -scores[c.id])
-        return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores
+        return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores, under_floor
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None
@@ -448,30 +454,25 @@ def each_part_first(order: Sequence[Candidate], parts: Sequence[set[str]]) -> li
 def _left_out_of(
     order: Sequence[Candidate],
     gate_scores: Mapping[str, float],
+    under_floor: Set[str],
     limit: int,
     gate: Weighing | None,
     unknown_names: float,
     asked: Asked,
 ) -> dict[str, tuple[Verdict, str]]:
     """The candidates of `order` (best first) the ranking leaves out, each with its verdict and why:
-    with `gate`, those not relevant enough by their `gate_scores` (every one, to say why); among the
-    best `limit` kept, a near-copy of a better one (`weighing.near_copy`)."""
+    with `gate`, those not relevant enough by their `gate_scores`, or `under_floor` (every one, to say
+    why); among the best `limit` kept, a near-copy of a better one (`weighing.near_copy`)."""
     left_out: dict[str, tuple[Verdict, str]] = {}
     kept: list[Candidate] = []
     # Each kept entry's words, read once: every later candidate is compared with every one kept.
     kept_words: list[frozenset[str]] = []
     for candidate in order:
         score = gate_scores.get(candidate.id, candidate.score)
-        if gate is not None and not gate.relevant(score, unknown_names):
-            named = ""
-            if unknown_names:
-                held = ", ".join(asked.names)
-                named = f", less {gate.unknown_names * unknown_names:.2f} as the scope holds none of {held}"
-                named = named if unknown_names == 1 else f"{named} (not all)"
-            left_out[candidate.id] = (
-                Verdict.NOT_RELEVANT,
-                f"relevance {score:.2f}{named} is under the threshold {gate.threshold:.2f}",
-            )
+        floored = candidate.id in under_floor
+        if gate is not None and (floored or not gate.relevant(score, unknown_names)):
+            why = _not_relevant(gate, score, candidate.score if floored else None, unknown_names, asked)
+            left_out[candidate.id] = (Verdict.NOT_RELEVANT, why)
         elif len(kept) < limit:
             words = content_words(candidate.content)
             copied = next((k for k, theirs in zip(kept, kept_words, strict=True) if words_copy(words, [theirs])), None)
@@ -481,6 +482,22 @@ def _left_out_of(
                 kept.append(candidate)
                 kept_words.append(words)
     return left_out
+
+
+def _not_relevant(gate: Weighing, score: float, similarity: float | None, unknown_names: float, asked: Asked) -> str:
+    """Why the gate left out a candidate of this gate score (`similarity`: of one under its floor): what fell
+    short of what."""
+    reasons = []
+    if not gate.relevant(score, unknown_names):
+        named = ""
+        if unknown_names:
+            held = ", ".join(asked.names)
+            named = f", less {gate.unknown_names * unknown_names:.2f} as the scope holds none of {held}"
+            named = named if unknown_names == 1 else f"{named} (not all)"
+        reasons.append(f"relevance {score:.2f}{named} is under the threshold {gate.threshold:.2f}")
+    if similarity is not None:
+        reasons.append(f"similarity {similarity:.2f} is under the floor {gate.floor:.2f}")
+    return "; ".join(reasons)
 
 
 def _left_out(name: str, dimension: int | None, query_dimension: int) -> str:
