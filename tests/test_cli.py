@@ -50,6 +50,32 @@ def test_stores_memory_and_inject_from_the_command_line(server, tmp_path) -> Non
     assert json.loads(run_cli(server, "stores", "delete", store).stdout) == {"deleted_memory_count": 0}
 
 
+def test_a_replayed_question_s_time_of_asking_and_bad_times_from_the_command_line(server, tmp_path) -> None:
+    """`--asked-time` reads the days a question names by when it is asked against that time; a time that is no
+    ISO 8601 time is a usage error naming the option, not a traceback."""
+    store = unique("cli-asked")
+    run_cli(server, "stores", "create", store)
+    decisions = {"2023-05-02": "We agreed to a blue-green rollout.", "2023-05-09": "We agreed to freeze the branch."}
+    for day, text in decisions.items():
+        run_cli(server, "memory", "add", "--store", store, text, "--metadata", json.dumps({"date": day}))
+    ask = "What did we agree about the release yesterday?"
+    for asked, said in (("2023-05-03T09:00:00", decisions["2023-05-02"]), ("2023-05-10", decisions["2023-05-09"])):
+        found = run_cli(server, "memory", "search", ask, "--store", store, "--asked-time", asked)
+        assert json.loads(found.stdout)[0]["memory"]["content"] == said, found.stderr
+        conversation = tmp_path / "asked.json"
+        conversation.write_text(json.dumps([{"role": "user", "content": [{"text": ask}]}]))
+        injected = run_cli(server, "inject", "--file", str(conversation), "--store", store, "--asked-time", asked)
+        block = json.loads(injected.stdout)[0]["content"][1]["injected"]["text"]
+        assert said in next(line for line in block.splitlines() if line.startswith("<entry")), block
+    for command in (
+        ("memory", "search", ask, "--asked-time", "yesterday"),
+        ("memory", "update", "x", "--expire-time", "soon"),
+    ):
+        bad = run_cli(server, *command)
+        assert bad.returncode == 2 and "not an ISO 8601 time" in bad.stderr and "Traceback" not in bad.stderr
+    run_cli(server, "stores", "delete", store, "--force")
+
+
 def test_errors_print_the_status_and_field_and_exit_1(server) -> None:
     missing = run_cli(server, "memory", "get", "no-such-id")
     assert missing.returncode == 1

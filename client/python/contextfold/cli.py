@@ -116,6 +116,7 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
             ranking=args.ranking,
             min_score=args.min_score,
             filter=_filter(args),
+            asked_time=args.asked_time,
         )
         _print_json([_proto_json(result) for result in results])
     elif args.action == "list":
@@ -128,7 +129,7 @@ def _memory(args: argparse.Namespace, cf: Client) -> None:
             args.id,
             content=args.content,
             metadata=json.loads(args.metadata) if args.metadata else None,
-            expire_time=_expire_time(args.expire_time),
+            expire_time=args.expire_time,
             etag=args.etag,
         )
         _print_json(_proto_json(updated.memory))
@@ -159,10 +160,17 @@ def _filter(args: argparse.Namespace) -> dict[str, Any] | None:
     return filter_times(value)
 
 
-def _expire_time(value: str | None) -> datetime | Literal["never"] | None:
-    if value is None:
-        return None
-    return "never" if value == "never" else datetime.fromisoformat(value)
+def _iso_time(value: str) -> datetime:
+    """An option's ISO 8601 time (one without an offset is UTC, as the client takes it); a usage error naming the
+    value otherwise."""
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {value!r}") from None
+
+
+def _expire_time(value: str) -> datetime | Literal["never"]:
+    return "never" if value == "never" else _iso_time(value)
 
 
 class Progress:
@@ -277,6 +285,7 @@ def _providers(args: argparse.Namespace, cf: Client) -> None:
 
 
 RANKING_HELP = "how entries are ranked (default: the server's, store_aware unless its operator chose another)"
+ASKED_TIME_HELP = "when the question is asked, ISO 8601 (a conversation replayed): its 'yesterday' is the day before"
 
 
 def _text_or_file(value: str) -> str:
@@ -309,6 +318,8 @@ def _inject(args: argparse.Namespace, cf: Client) -> None:
         options["max_entries"] = args.max_entries
     if args.min_score is not None:
         options["min_score"] = args.min_score
+    if args.asked_time is not None:
+        options["asked_time"] = args.asked_time
     result = cf.inject(messages, scope=_scope(args), **options)
     _print_json(result.messages)
     report = result.report
@@ -360,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--max-results", type=int, default=5)
     search.add_argument("--min-score", type=float)
     search.add_argument("--ranking", choices=list(RANKINGS), help=RANKING_HELP)
+    search.add_argument("--asked-time", type=_iso_time, help=ASKED_TIME_HELP)
     _add_scope_options(search)
     listing = memory_actions.add_parser("list", help="every entry of a store, oldest first (within a scope and filter)")
     listing.add_argument("--store", required=True)
@@ -374,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("id")
     update.add_argument("--content", help="new text (embedded again)")
     update.add_argument("--metadata", default="", help="a JSON object replacing the entry's metadata")
-    update.add_argument("--expire-time", help="ISO 8601 time it expires, or never")
+    update.add_argument("--expire-time", type=_expire_time, help="ISO 8601 time it expires, or never")
     update.add_argument("--etag", default="", help="update only this version (from get); ABORTED if it changed")
     memory_actions.add_parser("versions", help="the versions updates replaced, newest first").add_argument("id")
     erase = memory_actions.add_parser("erase", help="delete every entry of a scope and/or filter, in every store")
@@ -431,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("--provider", action="append", default=[], help="ask only these providers; default: all")
     inject.add_argument("--max-tokens", type=int, default=0, help="cap on tokens injected in all")
     inject.add_argument("--coalesce", action="store_true", help="fold one block instead of one per source")
+    inject.add_argument("--asked-time", type=_iso_time, help=ASKED_TIME_HELP)
     _add_scope_options(inject)
 
     commands.add_parser(
