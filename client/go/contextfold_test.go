@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	contextfold "contextfold.dev/go"
 	contextfoldv1 "contextfold.dev/go/gen/contextfold/v1"
@@ -45,8 +47,8 @@ func dial(t *testing.T, options contextfold.Options) *contextfold.Client {
 	return cf
 }
 
-// store creates a store holding the given entries (id: content) and returns its name; the store and its
-// entries are deleted when the test ends.
+// store creates a store holding the given entries (id: content; none, an empty store) and returns its name;
+// the store and its entries are deleted when the test ends.
 func store(t *testing.T, cf *contextfold.Client, entries map[string]string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -63,6 +65,9 @@ func store(t *testing.T, cf *contextfold.Client, entries map[string]string) stri
 	var memories []*contextfoldv1.Memory
 	for id, content := range entries {
 		memories = append(memories, &contextfoldv1.Memory{Id: id, Content: content})
+	}
+	if len(memories) == 0 {
+		return name
 	}
 	if _, err := cf.Memory.AddMemories(ctx, &contextfoldv1.AddMemoriesRequest{Store: name, Memories: memories}); err != nil {
 		t.Fatal(err)
@@ -124,6 +129,52 @@ func TestInjectFoldsMemoryIntoConverseMessagesAndSkipsWhatTheHistoryHolds(t *tes
 	}
 	if got := injectedIDs(second.Report); !reflect.DeepEqual(got, []string{prefix + "-dog"}) {
 		t.Fatalf("second turn injected %v, want only the entry not yet shown", got)
+	}
+}
+
+func TestAReplayedQuestionReadsItsDaysAgainstWhenItWasAsked(t *testing.T) {
+	cf := dial(t, contextfold.Options{})
+	ctx := context.Background()
+	prefix := unique("decision")
+	name := store(t, cf, nil)
+	decided := map[string]string{
+		"2023-05-02": "We agreed to move the release to a blue-green rollout.",
+		"2023-05-09": "We agreed to freeze the release branch until the audit ends.",
+	}
+	var memories []*contextfoldv1.Memory
+	for day, content := range decided {
+		metadata, err := structpb.NewStruct(map[string]interface{}{"date": day})
+		if err != nil {
+			t.Fatal(err)
+		}
+		memories = append(memories, &contextfoldv1.Memory{Id: prefix + "-" + day, Content: content, Metadata: metadata})
+	}
+	if _, err := cf.Memory.AddMemories(ctx, &contextfoldv1.AddMemoriesRequest{Store: name, Memories: memories}); err != nil {
+		t.Fatal(err)
+	}
+	messages := []contextfold.Message{contextfold.UserMessage("What did we agree about the release yesterday?")}
+	settings := &contextfoldv1.InjectRequest{
+		Memory: &contextfoldv1.MemoryOptions{
+			Stores:    []string{name},
+			AskedTime: timestamppb.New(time.Date(2023, 5, 10, 9, 0, 0, 0, time.UTC)),
+		},
+		Explain: true,
+	}
+	replayed, err := cf.Inject(ctx, messages, settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := injectedIDs(replayed.Report); len(ids) == 0 || ids[0] != prefix+"-2023-05-09" {
+		t.Fatalf("injected %v (%s), want the decision of the day before first", ids, replayed.Report.GetDetail())
+	}
+	var dated []string
+	for _, candidate := range replayed.Report.GetCandidates() {
+		if candidate.GetInputs()["date"] == 1 {
+			dated = append(dated, candidate.GetId())
+		}
+	}
+	if !reflect.DeepEqual(dated, []string{prefix + "-2023-05-09"}) {
+		t.Fatalf("dated %v, want only the decision of the day before the question was asked", dated)
 	}
 }
 
