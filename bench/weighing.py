@@ -40,7 +40,6 @@ import numpy as np
 from contextfold import Client
 from contextfold_server.engine.weighing import (
     FITTED_SIGNALS,
-    FLOOR_WORDS,
     GATE_SIGNALS,
     SIGNALS,
     UNKNOWN_NAMES,
@@ -75,9 +74,6 @@ UNKNOWN_WEIGHTS = (0.0, 1.0, 2.0, 4.0)
 # to 0.16 similar to the trip's and the editor's entries): the development data holds no such questions.
 FLOORS = (-1.0, 0.0)
 SIMILARITY = SIGNALS.index("similarity")
-# What `Weighing.under_floor` does not hold to the floor: a reply to the turn before, the question's words.
-ANSWERING = [SIGNALS.index("answers"), SIGNALS.index("written_answers")]
-WORDS = SIGNALS.index("words")
 
 
 @dataclass
@@ -387,8 +383,8 @@ def gate(
     """The gate: among the thresholds, unknown names' weights and similarity floors that keep recall@5
     (LoCoMo's either way, our own sets') within `RECALL_GIVEN` of no gate, the lowest threshold that
     silences `SILENCE_WANTED` of the LoCoMo questions asked elsewhere (either way), else the most silent;
-    at that threshold, the highest floor. A floor leaves out what is barely about the question at all,
-    which the weighed signals may not: an entry that states something specific scores well on its own."""
+    at that threshold, the highest floor. A floor leaves out what points away from the question, which the
+    weighed signals may not: an entry that states something specific scores well on its own."""
     ungated = scores(questions, weighing(weights, intercept, relevance, -1e9, 0.0), gated=False)
     ranked = [Ranked.of(q, weighing(weights, intercept, relevance, 0.0, 0.0)) for q in questions]
     best: tuple[tuple[float, ...], Weighing] | None = None
@@ -429,7 +425,9 @@ class Ranked:
         scored = question.signals @ np.array([chosen.weights[name] for name in SIGNALS]) + chosen.intercept
         gate = question.signals @ np.array([chosen.gate_weights.get(name, 0.0) for name in SIGNALS])
         order = np.argsort(-scored, kind="stable")
-        exempt = (question.signals[:, ANSWERING].sum(axis=1) > 0) | (question.signals[:, WORDS] >= FLOOR_WORDS)
+        # Not under a floor no similarity reaches: held to no floor at all.
+        unbounded = dataclasses.replace(chosen, floor=float("inf"))
+        exempt = np.array([not unbounded.under_floor(c.inputs) for c in question.candidates], dtype=bool)
         gated = (gate + chosen.gate_intercept)[order]
         return cls(question, order, gated, question.signals[order, SIMILARITY], exempt[order])
 

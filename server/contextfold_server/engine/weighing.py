@@ -198,8 +198,8 @@ class DateSpan:
 @dataclass(frozen=True)
 class DateRange:
     """Days a question names by when it is asked ("yesterday", "last week", "three weeks ago"): from
-    `first` to `last`, within a day either side (the question's day is the server's, in UTC, and the
-    asker's may not be)."""
+    `first` to `last`, within a day either side (the question's day is taken in UTC, and the asker's
+    may not be)."""
 
     first: date
     last: date
@@ -215,7 +215,8 @@ def question_dates(text: str, today: date | None = None) -> tuple[DateSpan | Dat
     is asked, also those it names by it, in the past ("yesterday", "the day before yesterday", "five
     days ago", "two weeks ago", "a month ago", "last week", "last weekend", "last month", "last year",
     "last Friday"; `relative_dates`): an agent asks before each model call, so its conversation's day
-    is the call's. Days ahead ("tomorrow", "next week") are not read: nothing was written then."""
+    is the call's, unless the caller says when it was asked (a conversation replayed). Days ahead
+    ("tomorrow", "next week") are not read: nothing was written then."""
     spans: list[DateSpan | DateRange] = []
     taken: list[tuple[int, int]] = []
 
