@@ -248,21 +248,13 @@ def weighing(
 def shown(question: Question, chosen: Weighing, gated: bool = True) -> list[int]:
     """What Inject would show for `question` weighed by `chosen` (positions among its candidates): the
     best `SHOWN`, near-copies of better ones left out, and with `gated` those not relevant enough."""
-    if not question.candidates:
-        return []
-    scored = question.signals @ np.array([chosen.weights[name] for name in SIGNALS]) + chosen.intercept
-    gate = question.signals @ np.array([chosen.gate_weights.get(name, 0.0) for name in SIGNALS])
-    relevant = gate + chosen.gate_intercept - chosen.unknown_names * question.unknown_names >= chosen.threshold
-    relevant &= ~np.array([chosen.under_floor(c.inputs) for c in question.candidates], dtype=bool)
-    kept: list[int] = []
-    for index in np.argsort(-scored, kind="stable"):
-        if len(kept) == SHOWN:
-            break
-        if gated and not relevant[index]:
-            continue
-        if not question.copies[index] & set(kept):
-            kept.append(int(index))
-    return kept
+    return Ranked.of(question, chosen).shown(*_gate_numbers(chosen, gated))
+
+
+def _gate_numbers(chosen: Weighing, gated: bool) -> tuple[float, float, float]:
+    """`chosen`'s gate as `Ranked` tries it (threshold, unknown names' weight, floor); without `gated`, one
+    that lets every candidate through."""
+    return (chosen.threshold, chosen.unknown_names, chosen.floor) if gated else (-np.inf, 0.0, -np.inf)
 
 
 def recall(question: Question, chosen: Weighing, gated: bool = True) -> float:
@@ -272,13 +264,7 @@ def recall(question: Question, chosen: Weighing, gated: bool = True) -> float:
 def scores(questions: Sequence[Question], chosen: Weighing, gated: bool = True) -> dict[str, float]:
     """Recall@5 of the questions with relevant entries, and silence (the share showing nothing) of those
     asked elsewhere, by kind."""
-    found: dict[str, list[float]] = defaultdict(list)
-    for q in questions:
-        if q.elsewhere:
-            found[f"{q.kind} silence"].append(0.0 if shown(q, chosen, gated) else 1.0)
-        else:
-            found[f"{q.kind} recall@5"].append(recall(q, chosen, gated))
-    return {name: statistics.fmean(values) for name, values in found.items()}
+    return Ranked.scores([Ranked.of(q, chosen) for q in questions], *_gate_numbers(chosen, gated))
 
 
 def fit(questions: Sequence[Question]) -> Weighing:
@@ -432,7 +418,7 @@ class Ranked:
         return cls(question, order, gated, question.signals[order, SIMILARITY], exempt[order])
 
     def shown(self, threshold: float, unknown: float, floor: float) -> list[int]:
-        """As `shown` does, for a gate of these numbers."""
+        """The best `SHOWN` that pass a gate of these numbers, near-copies of better ones left out (`shown`)."""
         passing = (self.gated - unknown * self.question.unknown_names >= threshold) & (
             (self.similarity >= floor) | self.exempt
         )
@@ -446,7 +432,7 @@ class Ranked:
 
     @staticmethod
     def scores(ranked: Sequence[Ranked], threshold: float, unknown: float, floor: float) -> dict[str, float]:
-        """As `scores` does, for a gate of these numbers."""
+        """`scores` for a gate of these numbers."""
         found: dict[str, list[float]] = defaultdict(list)
         for r in ranked:
             kept = r.shown(threshold, unknown, floor)

@@ -169,7 +169,7 @@ def inject(messages: Iterable[Mapping[str, Any]], options: InjectOptions) -> inj
         format_template=options.get("format_template", ""),
         ranking=ranking_value(options.get("ranking")),
         filter=filter_message(options.get("filter")),
-        asked_time=_asked_time(options.get("asked_time")),
+        asked_time=timestamp(options.get("asked_time")),
     )
     max_entries, min_score = options.get("max_entries"), options.get("min_score")
     if max_entries is not None:
@@ -223,17 +223,13 @@ def filter_times(value: Any) -> Any:
     return value
 
 
-def timestamp(value: datetime | timestamp_pb2.Timestamp) -> timestamp_pb2.Timestamp:
-    """A `Timestamp` from an aware datetime (a naive one is taken as UTC)."""
-    if isinstance(value, timestamp_pb2.Timestamp):
+def timestamp(value: datetime | timestamp_pb2.Timestamp | None) -> timestamp_pb2.Timestamp | None:
+    """A `Timestamp` from an aware datetime (a naive one is taken as UTC); None stays None."""
+    if value is None or isinstance(value, timestamp_pb2.Timestamp):
         return value
     converted = timestamp_pb2.Timestamp()
     converted.FromDatetime(value)
     return converted
-
-
-def _asked_time(value: datetime | timestamp_pb2.Timestamp | None) -> timestamp_pb2.Timestamp | None:
-    return None if value is None else timestamp(value)
 
 
 _TESTS = ("eq", "in", "contains", "gt", "gte", "lt", "lte", "exists")
@@ -333,7 +329,7 @@ def search(query: str, scope_: ScopeLike, options: SearchOptions) -> memory_pb2.
         scope=scope(scope_),
         ranking=ranking_value(options.get("ranking")),
         filter=filter_message(options.get("filter")),
-        asked_time=_asked_time(options.get("asked_time")),
+        asked_time=timestamp(options.get("asked_time")),
     )
     min_score = options.get("min_score")
     if min_score is not None:
