@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from contextfold import Client, InvalidArgument
+from contextfold import AlreadyExists, Client, InvalidArgument
 from contextfold.v1 import conversation_pb2, injection_pb2, injection_pb2_grpc
 
 from .messages import unique, user
@@ -73,6 +74,38 @@ def refused_unparsed(server: ServerProcess) -> None:
     assert raised.value.details() == "messages: hold 800000 content blocks; the limit is 20000"
 
 
+# A store of long entries: 300 of 16,000 characters (the limit is 16,384), in sessions of ten, each of its own
+# 1,500 or so words, with vectors of their own (no model's time spent filling it).
+LONG_STORE = "heavy-long-entries"
+LONG_ENTRIES = 300
+
+
+def long_entries(cf: Client) -> str:
+    """`LONG_STORE`, filled the first time it is asked for (a second call finds it there): its name."""
+    try:
+        cf.create_store(LONG_STORE, description="entries as long as an entry may be", dimension=384)
+    except AlreadyExists:
+        return LONG_STORE
+    chosen = random.Random(LONG_STORE)
+    words = [f"w{n}x" for n in range(5000)]
+    for start in range(0, LONG_ENTRIES, 20):
+        batch = []
+        for n in range(start, start + 20):
+            text = " ".join(chosen.choice(words) for _ in range(2700))[:16_000]
+            vector = [chosen.gauss(0.0, 1.0) for _ in range(384)]
+            batch.append({"content": text, "vector": vector, "user_id": "heavy", "session_id": f"s{n // 10}"})
+        cf.add_memories(LONG_STORE, batch)
+    return LONG_STORE
+
+
+def a_hundred_long_entries(cf: Client) -> object:
+    """The most entries an Inject may ask for, among long ones, none left to the gate: its ranking reads
+    500 candidates and compares the hundred kept with each other."""
+    store = long_entries(cf)
+    question = user("What did they say about w17x and w4242x?")
+    return cf.inject([question], stores=[store], scope={"user_id": "heavy"}, max_entries=100, min_score=-1.0)
+
+
 def refused(call: Callable[[], object]) -> None:
     with pytest.raises(InvalidArgument):
         call()
@@ -101,6 +134,7 @@ HEAVY: dict[str, Callable[[Client, ServerProcess, dict], object]] = {
         app_state={"s": "x" * 20_000},
     ),
     "4 MB of one-letter blocks, refused before it is parsed": lambda cf, server, large: refused_unparsed(server),
+    "a hundred entries asked of long ones, none gated": lambda cf, server, large: a_hundred_long_entries(cf),
 }
 # Each kind of request is made again and again for this long, so the probe sees it through.
 SECONDS_EACH = 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from datetime import UTC, date, datetime
 
 import pytest
@@ -531,6 +532,35 @@ def test_days_named_by_a_question_asked_at_the_calendar_s_ends_are_read_without_
 def test_a_near_copy_is_one_whose_words_mostly_are_another_s() -> None:
     assert weighing.near_copy("The user prefers a window seat!", ["the user prefers a window seat"])
     assert not weighing.near_copy("The user prefers an aisle seat", ["The user prefers a window seat"])
+
+
+def test_near_copies_are_told_by_their_words_overlap_whatever_their_sizes() -> None:
+    """Sets of words too unlike in size to overlap by the threshold are not compared: the verdict is the
+    overlap's (Jaccard) all the same, at the threshold's edge too."""
+    chosen = random.Random(43)
+    for _ in range(3000):
+        mine = frozenset(chosen.sample(range(40), chosen.randint(1, 30)))
+        theirs = frozenset(chosen.sample(range(40), chosen.randint(0, 30)))
+        threshold = chosen.choice((0.5, 0.8, 0.9, 0.9, 1.0))
+        overlap = bool(theirs) and len(mine & theirs) / len(mine | theirs) >= threshold
+        assert weighing.words_copy(mine, [theirs], threshold) == overlap, (sorted(mine), sorted(theirs))
+    nine_of_ten = frozenset(range(9))
+    assert weighing.words_copy(nine_of_ten, [frozenset(range(10))]) and not weighing.words_copy(
+        frozenset(range(8)), [frozenset(range(10))]
+    )
+
+
+def test_the_weighing_reads_a_long_entry_s_beginning_only() -> None:
+    """A long entry costs the ranking what its first `ENTRY_READ` characters do: what comes after them is
+    not read, by the near-copy rule nor by the signals."""
+    head = " ".join(f"word{n}" for n in range(400))
+    assert len(head) > weighing.ENTRY_READ
+    mine, theirs = (" ".join(f"{tail}{n}" for n in range(200)) for tail in ("mine", "theirs"))
+    assert weighing.near_copy(f"{head} {mine}", [f"{head} {theirs}"]), "the two differ past what is read"
+    assert weighing.states(head + ". Is it? Was it? Why?") == 1.0
+    assert weighing.states("Is it? " + head) == 0.5
+    assert weighing.specific(head + " Paris Rome Oslo 1 2 3", frozenset()) == 0.0
+    assert weighing.specific("Paris Rome Oslo 1 2 3 " + head, frozenset()) == 5 / 6
 
 
 def test_the_silence_gate_weighs_the_question_s_unknown_names() -> None:

@@ -131,6 +131,11 @@ def default_weighing() -> Weighing:
     return Weighing.load()
 
 
+# What the weighing reads of an entry (its `states`, how `specific` it is, its words for `near_copy`): its first
+# 2,000 characters, so that a long entry costs the ranking, which runs on the event loop, no more than a short one
+# (a question of 100 entries among as many long ones would otherwise take it for most of a second). The
+# development data's longest entry is 444 characters.
+ENTRY_READ = 2000
 # What the question's words look like, lower-cased, a possessive dropped ("Melanie's" asks about Melanie).
 _WORD = re.compile(r"[^\W_][\w'\u2019-]*")
 _POSSESSIVE = re.compile(r"['\u2019]s?$")
@@ -418,11 +423,10 @@ _QUOTED = re.compile(r"\"[^\"\n]{2,60}\"|\u201c[^\u201d\n]{2,60}\u201d")
 _MAY_NAME = re.compile(r"(?<!\w)[^\W_a-z][\w'\u2019-]*")
 # A word that begins a sentence (or follows an opening bracket or a colon) is capitalised whatever it is.
 _OPENS = ".!?[(:"
-# The words that say which one, counted up to this many (the signal is their share of it), in an entry's
-# first `_SPECIFIC_READ` characters: a long entry costs the ranking no more than a short one. Chosen among 2, 3,
-# 4 and 6 by bench/weighing.py's cross-validation (docs/injection.md, "The default's weighing").
+# The words that say which one, counted up to this many (the signal is their share of it), in what the weighing
+# reads of an entry (`ENTRY_READ`). Chosen among 2, 3, 4 and 6 by bench/weighing.py's cross-validation
+# (docs/injection.md, "The default's weighing").
 SPECIFIC_MOST = 6
-_SPECIFIC_READ = 2000
 
 
 def specific(content: str, people: frozenset[str]) -> float:
@@ -431,9 +435,10 @@ def specific(content: str, people: frozenset[str]) -> float:
     titles in quotes, up to `SPECIFIC_MOST`, as a share of that. Asked which books someone read, "I'm
     reading \"Dune\" by Frank Herbert" answers; "I'm reading a great book" only says there was one."""
     found = _SPEAKER.match(content)
-    body = content[found.end() :] if found else content
-    count = len(_QUOTED.findall(body, 0, _SPECIFIC_READ)) if '"' in body or "\u201c" in body else 0
-    for word in _MAY_NAME.finditer(body, 0, _SPECIFIC_READ):
+    start = found.end() if found else 0
+    body = content[start : start + ENTRY_READ]
+    count = len(_QUOTED.findall(body)) if '"' in body or "\u201c" in body else 0
+    for word in _MAY_NAME.finditer(body):
         if count >= SPECIFIC_MOST:
             break
         text = word.group()
@@ -460,7 +465,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+")
 def states(content: str) -> float:
     """The share of an entry's sentences that state something rather than ask: a turn that only asks
     ("What are their names?") holds no answer, however near it is to the question; the reply that follows
-    it does. 1 for an entry without a question (most entries: read without splitting them)."""
+    it does. 1 for an entry without a question (most entries: read without splitting them). Read in what the
+    weighing reads of an entry (`ENTRY_READ`)."""
+    content = content[:ENTRY_READ]
     if "?" not in content:
         return 1.0
     sentences = [part for part in _SENTENCE_END.split(content.strip()) if part.strip()]
@@ -496,12 +503,20 @@ def near_copy(content: str, better: Iterable[str], threshold: float = 0.9) -> bo
 
 
 def content_words(content: str) -> frozenset[str]:
-    """A text's words, lower-cased, as `near_copy` compares them: read once for a text compared often."""
-    return frozenset(_WORD.findall(content.lower()))
+    """The words of what the weighing reads of a text (`ENTRY_READ`), lower-cased, as `near_copy` compares
+    them: read once for a text compared often."""
+    return frozenset(_WORD.findall(content[:ENTRY_READ].lower()))
 
 
 def words_copy(words: frozenset[str], better: Iterable[frozenset[str]], threshold: float = 0.9) -> bool:
-    """`near_copy` of texts already read into their words (`content_words`)."""
+    """`near_copy` of texts already read into their words (`content_words`). Two sets overlap by `threshold`
+    of both together only if the smaller holds that share of the larger's count: others are not compared."""
     if not words:
         return False
-    return any(theirs and len(words & theirs) / len(words | theirs) >= threshold for theirs in better)
+    size = len(words)
+    for theirs in better:
+        if theirs and min(size, len(theirs)) / max(size, len(theirs)) >= threshold:
+            shared = len(words & theirs)
+            if shared / (size + len(theirs) - shared) >= threshold:
+                return True
+    return False

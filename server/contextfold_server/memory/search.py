@@ -6,10 +6,12 @@ read the neighbours of the best (in their session, or in their author's order), 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC
+from typing import Any, TypeVar
 
 from ..embedding.batching import BatchingEmbedder
 from ..embedding.local import LocalEmbedder
@@ -19,6 +21,7 @@ from ..engine.explain import EXPLAIN_BELOW, MAX_EXPLAINED, MAX_EXPLAINED_CHARS, 
 from ..engine.memory import MemorySearch, SearchQuery, SearchResult
 from ..engine.ranking import Ranking
 from ..engine.weighing import (
+    ENTRY_READ,
     UNKNOWN_NAMES,
     Asked,
     Weighing,
@@ -40,6 +43,8 @@ from .store import PostgresMemoryStore
 
 # The model the default ranking's weights were fitted with (engine/weighing.json).
 LOCAL_MODEL = LocalEmbedder.name
+
+T = TypeVar("T")
 
 # What a search returns here: the records themselves, converted for the engine at its port only.
 Found = SearchResult[ScoredRecord]
@@ -213,8 +218,9 @@ class MemorySearcher:
                 list(parts.values()),
             )
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
-        left_out = _left_out_of(
-            order, gate_scores, under_floor, query.limit, self.weighing if gated else None, unknown_names, asked
+        gate = self.weighing if gated else None
+        left_out = await _off_the_loop(
+            order, _left_out_of, order, gate_scores, under_floor, query.limit, gate, unknown_names, asked
         )
         weighed = order
         order = [entry for entry in order if entry.id not in left_out]
@@ -296,45 +302,12 @@ class MemorySearcher:
             for neighbour in neighbours:
                 found.setdefault(neighbour.id, neighbour)
             worded = ranking.with_words(ranking.stand_out(neighbours, crowds), {}) | worded
-        weighing = self.weighing
         top = max((c.score for c in found.values()), default=0.0)
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
-        scores: dict[str, float] = {}
-        gate_scores: dict[str, float] = {}
-        under_floor: set[str] = set()
-        stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
-        people = speakers(candidate.memory.content for candidate in found.values())
-        for entry, candidate in found.items():
-            own = worded[entry]
-            before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
-            neighbouring = max([0.0, *(worded[n] - own for n in beside.get(entry, ()) if n in worded)])
-            # The reply to a question nearer to the query than itself: "What are their names?" "Luna and Oliver!"
-            answering = max([0.0, *((worded[n] - own) * (1.0 - stating[n]) for n in before)])
-            # Beside it in its session, or (in none) in the order its author wrote: two signals each, fitted apart.
-            in_session = bool(candidate.memory.scope.session_id)
-            values = {
-                "similarity": candidate.score,
-                "lead": candidate.score - crowds.get(candidate.store, candidate.score),
-                "words": lexical.get(entry, 0.0),
-                "neighbour": neighbouring if in_session else 0.0,
-                "behind_best": candidate.score - top,
-                "date": on_a_date(asked.dates, entry_date(candidate.memory.metadata, candidate.memory.create_time)),
-                "speaker": speaker_named(candidate.memory.content, asked.words),
-                "session": sessions.get(entry, own) - own,
-                "standing": own,
-                "states": stating[entry],
-                "answers": answering if in_session else 0.0,
-                "written_neighbour": 0.0 if in_session else neighbouring,
-                "written_answers": 0.0 if in_session else answering,
-                "specific": specific(candidate.memory.content, people),
-            }
-            scores[entry] = weighing.score(values)
-            gate_scores[entry] = weighing.gate_score(values)
-            if weighing.under_floor(values):
-                under_floor.add(entry)
-            if query.explain:
-                signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
-                inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
+        weigh = functools.partial(
+            _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain
+        )
+        scores, gate_scores, under_floor = await _off_the_loop(found.values(), weigh, unknown_names, signals, inputs)
         order = sorted(found.values(), key=lambda c: -scores[c.id])
         return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores, under_floor
 
@@ -368,6 +341,78 @@ class MemorySearcher:
             )
 
         return search
+
+
+# What the ranking may read of its candidates on the event loop, in characters (of each, up to `ENTRY_READ`):
+# about 2 ms of weighing them and of comparing those kept for near-copies. More (a question of 100 entries among
+# long ones reads 500 candidates: tens of milliseconds) is read on a thread, where the loop's other callers take
+# turns with it (the interpreter's switch interval) rather than waiting until it is done.
+READ_ON_THE_LOOP = 100_000
+
+
+async def _off_the_loop(candidates: Iterable[Candidate], work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)`, which reads `candidates`: on the event loop when they are short and few
+    (`READ_ON_THE_LOOP`), else on a thread."""
+    if sum(min(len(c.content), ENTRY_READ) for c in candidates) <= READ_ON_THE_LOOP:
+        return work(*args)
+    return await asyncio.to_thread(work, *args)
+
+
+def _weigh(
+    found: Mapping[str, Candidate],
+    worded: Mapping[str, float],
+    beside: Mapping[str, set[str]],
+    crowds: Mapping[str, float],
+    lexical: Mapping[str, float],
+    sessions: Mapping[str, float],
+    top: float,
+    asked: Asked,
+    weighing: Weighing,
+    explain: bool,
+    unknown_names: float,
+    signals: dict[str, dict[str, float]],
+    inputs: dict[str, dict[str, float]],
+) -> tuple[dict[str, float], dict[str, float], set[str]]:
+    """Each of `found` weighed by its signals (`MemorySearcher._store_aware`): its score, its gate score, and
+    whether it is under the gate's floor. Explaining, what each signal added goes in `signals`, their values
+    in `inputs`, by id."""
+    scores: dict[str, float] = {}
+    gate_scores: dict[str, float] = {}
+    under_floor: set[str] = set()
+    stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
+    people = speakers(candidate.memory.content for candidate in found.values())
+    for entry, candidate in found.items():
+        own = worded[entry]
+        before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
+        neighbouring = max([0.0, *(worded[n] - own for n in beside.get(entry, ()) if n in worded)])
+        # The reply to a question nearer to the query than itself: "What are their names?" "Luna and Oliver!"
+        answering = max([0.0, *((worded[n] - own) * (1.0 - stating[n]) for n in before)])
+        # Beside it in its session, or (in none) in the order its author wrote: two signals each, fitted apart.
+        in_session = bool(candidate.memory.scope.session_id)
+        values = {
+            "similarity": candidate.score,
+            "lead": candidate.score - crowds.get(candidate.store, candidate.score),
+            "words": lexical.get(entry, 0.0),
+            "neighbour": neighbouring if in_session else 0.0,
+            "behind_best": candidate.score - top,
+            "date": on_a_date(asked.dates, entry_date(candidate.memory.metadata, candidate.memory.create_time)),
+            "speaker": speaker_named(candidate.memory.content, asked.words),
+            "session": sessions.get(entry, own) - own,
+            "standing": own,
+            "states": stating[entry],
+            "answers": answering if in_session else 0.0,
+            "written_neighbour": 0.0 if in_session else neighbouring,
+            "written_answers": 0.0 if in_session else answering,
+            "specific": specific(candidate.memory.content, people),
+        }
+        scores[entry] = weighing.score(values)
+        gate_scores[entry] = weighing.gate_score(values)
+        if weighing.under_floor(values):
+            under_floor.add(entry)
+        if explain:
+            signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
+            inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
+    return scores, gate_scores, under_floor
 
 
 def _session(candidate: Candidate) -> tuple[str, str] | None:
