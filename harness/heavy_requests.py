@@ -106,6 +106,13 @@ def a_hundred_long_entries(cf: Client) -> object:
     return cf.inject([question], stores=[store], scope={"user_id": "heavy"}, max_entries=100, min_score=-1.0)
 
 
+def a_long_question_naming_dates(cf: Client) -> object:
+    """A question as long as a message's text may make it (16,000 characters), naming days and dates all the
+    way (the weighing reads each), asked of the long entries."""
+    text = "What happened yesterday, last Friday, 3 weeks ago, on 5 May 2023 or 2023-05-09, in June? Where was Bo? "
+    return cf.inject([user((text * 200)[:16_000])], stores=[long_entries(cf)], scope={"user_id": "heavy"})
+
+
 def refused(call: Callable[[], object]) -> None:
     with pytest.raises(InvalidArgument):
         call()
@@ -135,6 +142,7 @@ HEAVY: dict[str, Callable[[Client, ServerProcess, dict], object]] = {
     ),
     "4 MB of one-letter blocks, refused before it is parsed": lambda cf, server, large: refused_unparsed(server),
     "a hundred entries asked of long ones, none gated": lambda cf, server, large: a_hundred_long_entries(cf),
+    "a question of 16,000 characters naming dates": lambda cf, server, large: a_long_question_naming_dates(cf),
 }
 # Each kind of request is made again and again for this long, so the probe sees it through.
 SECONDS_EACH = 1.0
