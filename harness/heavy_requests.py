@@ -8,6 +8,7 @@ import json
 import random
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -106,6 +107,26 @@ def a_hundred_long_entries(cf: Client) -> object:
     return cf.inject([question], stores=[store], scope={"user_id": "heavy"}, max_entries=100, min_score=-1.0)
 
 
+def at_once(server: ServerProcess, call: Callable[[Client], object], callers: int = 4) -> None:
+    """`call` made by `callers` clients at once, each on a connection of its own."""
+    failed: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            with Client(server.address, timeout=60) as cf:
+                call(cf)
+        except BaseException as error:  # noqa: BLE001 - told to the caller below
+            failed.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
 def a_long_question_naming_dates(cf: Client) -> object:
     """A question as long as a message's text may make it (16,000 characters), naming days and dates all the
     way (the weighing reads each), asked of the long entries."""
@@ -143,6 +164,9 @@ HEAVY: dict[str, Callable[[Client, ServerProcess, dict], object]] = {
     "4 MB of one-letter blocks, refused before it is parsed": lambda cf, server, large: refused_unparsed(server),
     "a hundred entries asked of long ones, none gated": lambda cf, server, large: a_hundred_long_entries(cf),
     "a question of 16,000 characters naming dates": lambda cf, server, large: a_long_question_naming_dates(cf),
+    "four callers at once, each asking a hundred long entries": lambda cf, server, large: at_once(
+        server, a_hundred_long_entries
+    ),
 }
 # Each kind of request is made again and again for this long, so the probe sees it through.
 SECONDS_EACH = 1.0
