@@ -287,18 +287,9 @@ def hear_the_supervisor(
     return loop.create_task(follow())
 
 
-# How long a worker's thread holds the interpreter while another waits for it (CPython's default is 5 ms): the
-# event loop waits this long for each thread doing a large request's work (a ranking's weighing, a long token
-# count) before it moves bytes again. Beside four callers each asking a hundred long entries, health's p99 was
-# 40 to 46 ms with 1 ms against 54 to 72 ms with 5 (max 56 to 74 against 123 to 146), and 8 callers' Injects
-# per second were no fewer (docs/performance.md).
-SWITCH_INTERVAL = 0.001
-
-
 def run_worker(config: Config, shared: Shared, worker: int, reports: Connection) -> None:
     """A worker process's entry point (the supervisor spawns it)."""
     configure_logging(config.log_level, config.log_format, worker=worker)
-    sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         code = asyncio.run(serve(config, shared, worker, reports))
     finally:

@@ -37,6 +37,7 @@ from ..engine.weighing import (
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
+from ..turns import TenantThread
 from .records import Candidate, Neighbours, Scope, ScoredRecord, is_memory_id
 from .reranker import Reranker, RerankFailed
 from .store import PostgresMemoryStore
@@ -61,6 +62,8 @@ class MemorySearcher:
     weighing: Weighing = field(default_factory=default_weighing)
     # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
     observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
+    # Where a large request's ranking work is done, off the event loop, in turns per tenant (`_off_the_loop`).
+    thread: TenantThread = field(default_factory=lambda: TenantThread("rank"))
 
     async def search(
         self,
@@ -110,11 +113,11 @@ class MemorySearcher:
         # asked (a conversation replayed), else the call's own, in UTC.
         asked_at = query.asked_time or self.store.now()
         text, today = "" if nearest_only else query.text, asked_at.astimezone(UTC).date()
-        # A long question is read on a thread: 16,000 characters naming dates take 50 ms to read.
+        # A long question is read on the thread: 16,000 characters naming dates take 50 ms to read.
         question = (
             Asked.of(text, today)
             if len(text) <= QUESTION_ON_THE_LOOP
-            else await asyncio.to_thread(Asked.of, text, today)
+            else await self.thread.run(namespace, Asked.of, text, today)
         )
         # A question asking several things is searched for each as well, by vectors of the server's own model
         # (beside a caller's vector, a part's would be another model's).
@@ -225,8 +228,8 @@ class MemorySearcher:
             )
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
         gate = self.weighing if gated else None
-        left_out = await _off_the_loop(
-            order, _left_out_of, order, gate_scores, under_floor, query.limit, gate, unknown_names, asked
+        left_out = await self._off_the_loop(
+            namespace, order, _left_out_of, order, gate_scores, under_floor, query.limit, gate, unknown_names, asked
         )
         weighed = order
         order = [entry for entry in order if entry.id not in left_out]
@@ -313,9 +316,20 @@ class MemorySearcher:
         weigh = functools.partial(
             _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain
         )
-        scores, gate_scores, under_floor = await _off_the_loop(found.values(), weigh, unknown_names, signals, inputs)
+        scores, gate_scores, under_floor = await self._off_the_loop(
+            namespace, found.values(), weigh, unknown_names, signals, inputs
+        )
         order = sorted(found.values(), key=lambda c: -scores[c.id])
         return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores, under_floor
+
+    async def _off_the_loop(
+        self, namespace: str, candidates: Iterable[Candidate], work: Callable[..., T], *args: Any
+    ) -> T:
+        """`work(*args)`, which reads `candidates`: on the event loop when they are short and few
+        (`READ_ON_THE_LOOP`), else on the searcher's thread, in `namespace`'s turn."""
+        if sum(min(len(c.content), ENTRY_READ) for c in candidates) <= READ_ON_THE_LOOP:
+            return work(*args)
+        return await self.thread.run(namespace, work, *args)
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None
@@ -354,17 +368,10 @@ QUESTION_ON_THE_LOOP = 1000
 
 # What the ranking may read of its candidates on the event loop, in characters (of each, up to `ENTRY_READ`):
 # about 2 ms of weighing them and of comparing those kept for near-copies. More (a question of 100 entries among
-# long ones reads 500 candidates: tens of milliseconds) is read on a thread, where the loop's other callers take
-# turns with it (the interpreter's switch interval) rather than waiting until it is done.
+# long ones reads 500 candidates: tens of milliseconds) is read on the searcher's thread, in turns per tenant,
+# where the loop's other callers take turns with it (the interpreter's switch interval) rather than waiting until
+# it is done.
 READ_ON_THE_LOOP = 100_000
-
-
-async def _off_the_loop(candidates: Iterable[Candidate], work: Callable[..., T], *args: Any) -> T:
-    """`work(*args)`, which reads `candidates`: on the event loop when they are short and few
-    (`READ_ON_THE_LOOP`), else on a thread."""
-    if sum(min(len(c.content), ENTRY_READ) for c in candidates) <= READ_ON_THE_LOOP:
-        return work(*args)
-    return await asyncio.to_thread(work, *args)
 
 
 def _weigh(

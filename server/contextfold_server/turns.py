@@ -1,0 +1,65 @@
+"""A thread for the work of large requests that the event loop must not do, taken in turns per tenant."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class TenantThread:
+    """One thread for the interpreter-bound work of large requests (a ranking weighing long candidates, a long
+    question read), taken in turns by namespace: when a turn ends, its namespace goes behind the others waiting,
+    and the next turn goes to the namespace first in line; a namespace's own callers go in the order they came.
+    So a tenant whose callers queue many such requests delays another's by the one it is running at most. One
+    thread, not several: the work holds the interpreter, and a second thread would only take turns with the
+    first, and with the event loop, at the interpreter's switch interval."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._busy = False
+        # Each namespace's callers waiting for a turn, first come first; the namespaces in the order they go next.
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
+
+    async def run(self, namespace: str, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on the thread, in `namespace`'s turn."""
+        await self._take(namespace)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(work, *args))
+        finally:
+            self._give_back(namespace)
+
+    async def _take(self, namespace: str) -> None:
+        if not self._busy:
+            self._busy = True
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(namespace, collections.deque()).append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                # Granted as the wait ended: the turn goes to whoever waits next.
+                self._give_back(namespace)
+            raise
+
+    def _give_back(self, namespace: str) -> None:
+        """`namespace`'s turn ended: it goes behind the others waiting, and the next turn to the namespace first
+        in line (a caller that stopped waiting passed over), which goes behind them too if it has more waiting."""
+        if namespace in self._waiting:
+            self._waiting[namespace] = self._waiting.pop(namespace)
+        while self._waiting:
+            first = next(iter(self._waiting))
+            queue = self._waiting.pop(first)
+            turn = queue.popleft()
+            if queue:
+                self._waiting[first] = queue
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._busy = False
