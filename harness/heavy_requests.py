@@ -9,7 +9,7 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import grpc
 import pytest
@@ -75,28 +75,43 @@ def refused_unparsed(server: ServerProcess) -> None:
     assert raised.value.details() == "messages: hold 800000 content blocks; the limit is 20000"
 
 
-# A store of long entries: 300 of 16,000 characters (the limit is 16,384), in sessions of ten, each of its own
-# 1,500 or so words, with vectors of their own (no model's time spent filling it).
+# Stores the heaviest requests ask: 300 entries each, in sessions of ten, with vectors of their own (no model's time
+# spent filling them). The long ones of 16,000 characters (the limit is 16,384), each of its own 1,500 or so words.
 LONG_STORE = "heavy-long-entries"
-LONG_ENTRIES = 300
+SHORT_STORE = "heavy-short-entries"
+ENTRIES = 300
 
 
 def long_entries(cf: Client) -> str:
     """`LONG_STORE`, filled the first time it is asked for (a second call finds it there): its name."""
-    try:
-        cf.create_store(LONG_STORE, description="entries as long as an entry may be", dimension=384)
-    except AlreadyExists:
-        return LONG_STORE
     chosen = random.Random(LONG_STORE)
     words = [f"w{n}x" for n in range(5000)]
-    for start in range(0, LONG_ENTRIES, 20):
-        batch = []
-        for n in range(start, start + 20):
-            text = " ".join(chosen.choice(words) for _ in range(2700))[:16_000]
-            vector = [chosen.gauss(0.0, 1.0) for _ in range(384)]
-            batch.append({"content": text, "vector": vector, "user_id": "heavy", "session_id": f"s{n // 10}"})
-        cf.add_memories(LONG_STORE, batch)
-    return LONG_STORE
+    texts = (" ".join(chosen.choice(words) for _ in range(2700))[:16_000] for _ in range(ENTRIES))
+    return _filled(cf, LONG_STORE, "entries as long as an entry may be", texts)
+
+
+def short_entries(cf: Client) -> str:
+    """`SHORT_STORE` (entries of a line each), filled the first time it is asked for: its name."""
+    texts = (f"The user likes item {n} very much." for n in range(ENTRIES))
+    return _filled(cf, SHORT_STORE, "entries of a line each", texts)
+
+
+def _filled(cf: Client, store: str, description: str, texts: Iterable[str]) -> str:
+    try:
+        cf.create_store(store, description=description, dimension=384)
+    except AlreadyExists:
+        return store
+    chosen = random.Random(store)
+    batch = []
+    for n, text in enumerate(texts):
+        vector = [chosen.gauss(0.0, 1.0) for _ in range(384)]
+        batch.append({"content": text, "vector": vector, "user_id": "heavy", "session_id": f"s{n // 10}"})
+        if len(batch) == 20:
+            cf.add_memories(store, batch)
+            batch = []
+    if batch:
+        cf.add_memories(store, batch)
+    return store
 
 
 def a_hundred_long_entries(cf: Client) -> object:
@@ -105,6 +120,21 @@ def a_hundred_long_entries(cf: Client) -> object:
     store = long_entries(cf)
     question = user("What did they say about w17x and w4242x?")
     return cf.inject([question], stores=[store], scope={"user_id": "heavy"}, max_entries=100, min_score=-1.0)
+
+
+def a_conversation_showing_20_000_blocks(cf: Client) -> object:
+    """A conversation of 20,000 blocks memory injected earlier, sent back by their text alone (2.9 MB: within every
+    limit), each entry found looked for in each of them: a hundred asked for, and 50 more for those it shows."""
+    shown = {
+        "injected": {
+            "source": "memory",
+            "text": "<memory>\n<entry>" + "an earlier note, " * 6 + "</entry>\n</memory>",
+            "entryIds": [],
+        }
+    }
+    messages = [{"role": "user" if n % 2 == 0 else "assistant", "content": [shown] * 10} for n in range(1999)]
+    question = user("What does the user like?")
+    return cf.inject([*messages, question], stores=[short_entries(cf)], max_entries=100, min_score=-1.0)
 
 
 def at_once(server: ServerProcess, call: Callable[[Client], object], callers: int = 4) -> None:
@@ -164,6 +194,9 @@ HEAVY: dict[str, Callable[[Client, ServerProcess, dict], object]] = {
     "4 MB of one-letter blocks, refused before it is parsed": lambda cf, server, large: refused_unparsed(server),
     "a hundred entries asked of long ones, none gated": lambda cf, server, large: a_hundred_long_entries(cf),
     "a question of 16,000 characters naming dates": lambda cf, server, large: a_long_question_naming_dates(cf),
+    "a conversation showing 20,000 blocks by their text": lambda cf, server, large: (
+        a_conversation_showing_20_000_blocks(cf)
+    ),
     "four callers at once, each asking a hundred long entries": lambda cf, server, large: at_once(
         server, a_hundred_long_entries
     ),

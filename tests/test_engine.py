@@ -15,7 +15,13 @@ from contextfold_server.engine.fold import fold_target, separated, shows_text
 from contextfold_server.engine.format import escape_xml_attr, escape_xml_text, format_memory_block
 from contextfold_server.engine.gate import Gate, Skipped, SkipReason, admit
 from contextfold_server.engine.injection import InjectionRequest, ProviderSpec, inject
-from contextfold_server.engine.memory import MemoryRequest, SearchQuery, SearchResult
+from contextfold_server.engine.memory import (
+    MemoryRequest,
+    SearchQuery,
+    SearchResult,
+    is_shown,
+    shown_together,
+)
 from contextfold_server.engine.query import adaptive_query
 from contextfold_server.engine.ranking import by_similarity
 from contextfold_server.engine.trigger import Trigger, should_inject
@@ -548,6 +554,21 @@ def test_near_copies_are_told_by_their_words_overlap_whatever_their_sizes() -> N
     assert weighing.words_copy(nine_of_ten, [frozenset(range(10))]) and not weighing.words_copy(
         frozenset(range(8)), [frozenset(range(10))]
     )
+
+
+def test_an_entry_shown_by_a_block_s_text_alone_is_found_in_any_block_but_never_across_two() -> None:
+    """The blocks shown by their text alone are looked through as one text (`shown_together`), however many and
+    however old: an entry is found in any of them, as written or as the default format escapes it, and never in
+    the end of one block and the start of the next."""
+    old = "<memory>\n<entry>The user flies economy.</entry>\n</memory>"
+    filler = ["<memory>\n<entry>" + "x" * 1000 + "</entry>\n</memory>"] * 200
+    latest = "<memory>\n<entry>The user likes tea &amp; cake.</entry>\n</memory>"
+    shown = shown_together([old, *filler, latest])
+    assert is_shown("The user flies economy.", shown), "in the oldest of 202 blocks"
+    assert is_shown("The user likes tea & cake.", shown), "as the default format escapes it"
+    assert not is_shown("The user likes coffee.", shown)
+    assert not is_shown("</memory><memory>", shown_together([latest, latest])), "across two blocks"
+    assert shown_together([]) == ""
 
 
 def test_the_weighing_reads_a_long_entry_s_beginning_only() -> None:

@@ -156,20 +156,18 @@ def turns_from_messages(messages: Sequence[conversation_pb2.Message]) -> list[Tu
             elif kind == "tool_result":
                 has_tool_result = True
             elif kind == "injected":
-                if len(block.injected.entry_ids) > MAX_ENTRIES_LIMIT:
+                # Each field read once: a conversation may hold 20,000 such blocks.
+                shown = block.injected
+                ids, sources = shown.entry_ids, shown.sources
+                if len(ids) > MAX_ENTRIES_LIMIT:
                     violations.append(
                         FieldViolation(
                             f"messages[{index}].content[{position}].injected.entry_ids",
-                            f"holds {len(block.injected.entry_ids)} ids; a block holds at most {MAX_ENTRIES_LIMIT}",
+                            f"holds {len(ids)} ids; a block holds at most {MAX_ENTRIES_LIMIT}",
                         )
                     )
                 injected.append(
-                    InjectedRef(
-                        block.injected.source,
-                        tuple(block.injected.entry_ids),
-                        tuple(block.injected.sources),
-                        block.injected.text,
-                    )
+                    InjectedRef(shown.source, tuple(ids) if ids else (), tuple(sources) if sources else (), shown.text)
                 )
         turns.append(Turn(role, tuple(texts), has_tool_result, tuple(injected)))
     if violations:

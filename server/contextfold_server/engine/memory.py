@@ -8,6 +8,7 @@ shared with the providers.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,10 @@ from .trigger import Trigger
 MEMORY_SOURCE = "memory"
 # The most entries more a search asks for, to leave out those a block shows by their text alone.
 MAX_SHOWN_LINES = 50
+# How many characters of blocks shown by their text alone the entries found may be looked for in on the event loop (a
+# millisecond or two). More is looked through on a thread: an agent may send 3 MB of them back (a mesh client's whole
+# history, in another format than the default), which 150 entries took the loop 0.3 s to be looked for in.
+SHOWN_ON_THE_LOOP = 10_000_000
 
 Found = TypeVar("Found")
 
@@ -151,12 +156,13 @@ async def retrieve_memory(
     # Entries still shown in the conversation are excluded in the search itself,
     # so the model gets up to max_entries new ones rather than fewer. Those shown by their text alone
     # are left out after it, from as many more as their blocks have lines (one an entry, at most).
-    shown = shown_texts(turns, MEMORY_SOURCE)
+    shown = shown_together(shown_texts(turns, MEMORY_SOURCE))
+    lines = shown.count("\n") + shown.count(_BETWEEN_BLOCKS) + 1 if shown else 0
     search_query = SearchQuery(
         text=query,
         vector=request.query_vector,
         stores=request.stores,
-        limit=request.max_entries + min(MAX_SHOWN_LINES, sum(text.count("\n") + 1 for text in shown)),
+        limit=request.max_entries + min(MAX_SHOWN_LINES, lines),
         min_score=request.min_score,
         exclude_ids=injected_entry_ids(turns, MEMORY_SOURCE),
         ranking=request.ranking,
@@ -173,11 +179,11 @@ async def retrieve_memory(
     # One store that cannot be searched leaves only itself out, as the reference does.
     outcome.notes = result.left_out + result.notes
     outcome.ranking = result.ranking
-    new = [
-        entry
-        for entry in result.entries
-        if entry.id not in search_query.exclude_ids and not is_shown(entry.content, shown)
-    ]
+    new = [entry for entry in result.entries if entry.id not in search_query.exclude_ids]
+    if len(new) * len(shown) <= SHOWN_ON_THE_LOOP:
+        new = not_shown(new, shown)
+    else:
+        new = await asyncio.to_thread(not_shown, new, shown)
     entries = new[: request.max_entries]
     if request.explain:
         outcome.considered = _considered(result, new, entries, search_query)
@@ -204,11 +210,25 @@ def _considered(
     return [*result.considered, *excluded(query.exclude_ids)]
 
 
-def is_shown(content: str, texts: Sequence[str]) -> bool:
-    """Whether an entry's content appears in one of `texts` (blocks shown earlier), as written or as the
-    default format escapes it: then it counts as written, and is not injected again."""
-    escaped = escape_xml_text(content)
-    return any(content in text or escaped in text for text in texts)
+# Between two blocks shown by their text alone, as they are looked through: a character no entry's content holds (it
+# refuses control characters), so no entry is found across two blocks.
+_BETWEEN_BLOCKS = "\x00"
+
+
+def shown_together(texts: Sequence[str]) -> str:
+    """Blocks shown by their text alone, as `is_shown` looks through them: one text, each block apart."""
+    return _BETWEEN_BLOCKS.join(texts)
+
+
+def not_shown(entries: Sequence[RetrievedEntry], shown: str) -> list[RetrievedEntry]:
+    """The entries `shown` does not show (`is_shown`)."""
+    return [entry for entry in entries if not is_shown(entry.content, shown)]
+
+
+def is_shown(content: str, shown: str) -> bool:
+    """Whether an entry's content appears in `shown` (the blocks shown earlier by their text alone, `shown_together`),
+    as written or as the default format escapes it: then it counts as written, and is not injected again."""
+    return content in shown or escape_xml_text(content) in shown
 
 
 def _no_query(request: MemoryRequest) -> str:
