@@ -221,8 +221,8 @@ def shown_together(texts: Sequence[str]) -> str:
 
 
 def not_shown(entries: Sequence[RetrievedEntry], shown: str) -> list[RetrievedEntry]:
-    """The entries `shown` does not show (`is_shown`)."""
-    return [entry for entry in entries if not is_shown(entry.content, shown)]
+    """The entries `shown` does not show (`is_shown`): all of them when it is empty (no entry escaped for nothing)."""
+    return [entry for entry in entries if not is_shown(entry.content, shown)] if shown else list(entries)
 
 
 def is_shown(content: str, shown: str) -> bool:
