@@ -314,11 +314,10 @@ class MemorySearcher:
         top = max((c.score for c in found.values()), default=0.0)
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
         weigh = functools.partial(
-            _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain
-        )
-        scores, gate_scores, under_floor = await self._off_the_loop(
-            namespace, found.values(), weigh, unknown_names, signals, inputs
-        )
+            _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain,
+            unknown_names, signals, inputs,
+        )  # fmt: skip
+        scores, gate_scores, under_floor = await self._off_the_loop(namespace, found.values(), weigh)
         order = sorted(found.values(), key=lambda c: -scores[c.id])
         return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores, under_floor
 
