@@ -250,8 +250,12 @@ class Database:
 
     def _connection_lost(self, moved: bool = False) -> None:
         """A connection was lost (the database restarted or died, or the network failed), or the primary
-        `moved` (it refused a write as read-only): `_recover`, unless already under way."""
+        `moved` (it refused a write as read-only): `_recover`, unless already under way. A primary that moved
+        is left at once: the calls after the refusal fail at once too, not each refused by it in turn while a
+        fresh connection looks for the one that takes writes now."""
         if self._recovering is None or self._recovering.done():
+            if moved:
+                self.unreachable = "the primary refused a write as read-only"
             self._recovering = asyncio.get_running_loop().create_task(self._recover(moved))
 
     async def _recover(self, moved: bool) -> None:
