@@ -156,8 +156,10 @@ async def retrieve_memory(
     # Entries still shown in the conversation are excluded in the search itself,
     # so the model gets up to max_entries new ones rather than fewer. Those shown by their text alone
     # are left out after it, from as many more as their blocks have lines (one an entry, at most).
-    shown = shown_together(shown_texts(turns, MEMORY_SOURCE))
-    lines = shown.count("\n") + shown.count(_BETWEEN_BLOCKS) + 1 if shown else 0
+    texts = shown_texts(turns, MEMORY_SOURCE)
+    shown = shown_together(texts)
+    # The blocks' lines: each block's line ends (the character between blocks ends none), and one line a block.
+    lines = shown.count("\n") + len(texts)
     search_query = SearchQuery(
         text=query,
         vector=request.query_vector,

@@ -114,11 +114,7 @@ class MemorySearcher:
         asked_at = query.asked_time or self.store.now()
         text, today = "" if nearest_only else query.text, asked_at.astimezone(UTC).date()
         # A long question is read on the thread: 16,000 characters naming dates take 50 ms to read.
-        question = (
-            Asked.of(text, today)
-            if len(text) <= QUESTION_ON_THE_LOOP
-            else await self.thread.run(namespace, Asked.of, text, today)
-        )
+        question = await self._off_the_loop(namespace, len(text) <= QUESTION_ON_THE_LOOP, Asked.of, text, today)
         # A question asking several things is searched for each as well, by vectors of the server's own model
         # (beside a caller's vector, a part's would be another model's).
         parts = question.parts if strategy is Ranking.STORE_AWARE and not query.vector else ()
@@ -229,8 +225,9 @@ class MemorySearcher:
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
         gate = self.weighing if gated else None
         left_out = await self._off_the_loop(
-            namespace, order, _left_out_of, order, gate_scores, under_floor, query.limit, gate, unknown_names, asked
-        )
+            namespace, _read(order) <= READ_ON_THE_LOOP, _left_out_of,
+            order, gate_scores, under_floor, query.limit, gate, unknown_names, asked,
+        )  # fmt: skip
         weighed = order
         order = [entry for entry in order if entry.id not in left_out]
         if query.min_score is not None:
@@ -317,18 +314,16 @@ class MemorySearcher:
             _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain,
             unknown_names, signals, inputs,
         )  # fmt: skip
-        scores, gate_scores, under_floor = await self._off_the_loop(namespace, found.values(), weigh)
+        scores, gate_scores, under_floor = await self._off_the_loop(
+            namespace, _read(found.values()) <= READ_ON_THE_LOOP, weigh
+        )
         order = sorted(found.values(), key=lambda c: -scores[c.id])
         return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores, under_floor
 
-    async def _off_the_loop(
-        self, namespace: str, candidates: Iterable[Candidate], work: Callable[..., T], *args: Any
-    ) -> T:
-        """`work(*args)`, which reads `candidates`: on the event loop when they are short and few
-        (`READ_ON_THE_LOOP`), else on the searcher's thread, in `namespace`'s turn."""
-        if sum(min(len(c.content), ENTRY_READ) for c in candidates) <= READ_ON_THE_LOOP:
-            return work(*args)
-        return await self.thread.run(namespace, work, *args)
+    async def _off_the_loop(self, namespace: str, small: bool, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)`: on the event loop when it is `small` (a short question, candidates short and few), else on
+        the searcher's thread, in `namespace`'s turn."""
+        return work(*args) if small else await self.thread.run(namespace, work, *args)
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None
@@ -371,6 +366,11 @@ QUESTION_ON_THE_LOOP = 1000
 # where the loop's other callers take turns with it (the interpreter's switch interval) rather than waiting until
 # it is done.
 READ_ON_THE_LOOP = 100_000
+
+
+def _read(candidates: Iterable[Candidate]) -> int:
+    """The characters the ranking reads of `candidates` (of each, up to `ENTRY_READ`)."""
+    return sum(min(len(c.content), ENTRY_READ) for c in candidates)
 
 
 def _weigh(
