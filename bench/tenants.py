@@ -7,7 +7,9 @@ one flood going from processes of its own: adds of 64 texts of about 1,400 chara
 server to embed, from four callers; bulk adds of 500 entries with vectors, from six, to a store past
 the size of its own vector index (built before the flood, so each add keeps it up); the heaviest
 legal filter (any of five membership tests of 100 values and 59 ranges, over entries with 15 KB of
-metadata), from eight; 600 idle import streams; exports nobody reads, from eight callers. The
+metadata), from eight; the heaviest `Inject` (a hundred entries of 16,000 characters asked for, none
+gated: 500 long candidates weighed, a block of 1.6 MB counted and sent back), from eight; 600 idle
+import streams; exports nobody reads, from eight callers. The
 flooding processes stand for other machines: they run at the lowest CPU priority, in a scheduling
 group of their own, so the work of building their requests is not taken from the server.
 
@@ -19,7 +21,7 @@ the same flood's alone (measured just before and just after). The targets: p99 <
 is ordering, not refusing).
 
     .venv/bin/python -m bench.tenants            # (make bench)
-    .venv/bin/python -m bench.tenants --quick    # (make bench-quick) 60 calls, the first three floods
+    .venv/bin/python -m bench.tenants --quick    # (make bench-quick) 60 calls, the first four floods
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from contextfold_server.postgres.vector_index import OWN_INDEX_ENTRIES
 
 from bench import sized_run
 from bench.fanout import percentile
+from harness.heavy_requests import a_hundred_long_entries, long_entries
 from harness.messages import user
 from harness.polling import wait_for
 from harness.servers import ROOT, SERVE, ServerProcess, health_status, sample, start_server
@@ -122,6 +125,17 @@ def heavy_filters(address: str, key: str, stop: Event, done: Synchronized[int]) 
                     done.value += 1
 
 
+def heavy_injects(address: str, key: str, stop: Event, done: Synchronized[int]) -> None:
+    """The heaviest `Inject` a key allows: a hundred entries of 16,000 characters asked for, none gated."""
+    as_another_machine()
+    with Client(address, api_key=key, timeout=120) as cf:
+        while not stop.is_set():
+            with contextlib.suppress(ContextfoldError):
+                a_hundred_long_entries(cf)
+                with done.get_lock():
+                    done.value += 1
+
+
 def idle_streams(address: str, key: str, stop: Event, done: Synchronized[int]) -> None:
     as_another_machine()
     channel = grpc.insecure_channel(address)
@@ -174,6 +188,7 @@ FLOODS = (
     Flood("adds of 64 long texts to embed, 4 callers", embedding_adds, 4, "texts", counted_by_the_model=True),
     Flood("bulk adds of 500 with vectors, 6 callers", bulk_adds, 6, "entries"),
     Flood("the heaviest legal filter, 8 callers", heavy_filters, 8, "listings"),
+    Flood("Injects of 100 long entries, 8 callers", heavy_injects, 8, "Injects"),
     Flood("idle import streams, 600 of them", idle_streams, 2, None),
     Flood("exports nobody reads, 8 callers", unread_exports, 1, None),
 )
@@ -258,11 +273,12 @@ def prepare(server: ServerProcess, bystander: str, flooder: str) -> None:
                 [{"content": f"h {batch}-{n}", "vector": [1.0] * 8, "metadata": {"blob": blob[n:]}} for n in range(50)],
             )
         cf.create_store("texts")
+        long_entries(cf)
 
 
 def main() -> None:
     args = sized_run(__doc__.split("\n\n")[0], 200, "tenants")
-    floods = FLOODS[:3] if args.quick else FLOODS
+    floods = FLOODS[:4] if args.quick else FLOODS
     asked = iter(range(10**9))
     rows: list[tuple[str, Calls, float | None, float | None, str | None]] = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -34,10 +34,11 @@ def registered_large_providers(cf: Client) -> Iterator[dict]:
 
 
 @contextlib.contextmanager
-def probing(server: ServerProcess) -> Iterator[list[float]]:
-    """Health latencies measured from another connection for as long as the block runs."""
+def probing(server: ServerProcess, *inject: str) -> Iterator[list[float]]:
+    """Health latencies measured from another connection for as long as the block runs; given a key and a store
+    (`inject`), that tenant's `Inject` latencies instead (`harness.inject_probe`)."""
     probe = subprocess.Popen(
-        [sys.executable, "-m", "harness.health_probe", server.address],
+        [sys.executable, "-m", "harness.inject_probe" if inject else "harness.health_probe", server.address, *inject],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -556,6 +556,24 @@ def test_near_copies_are_told_by_their_words_overlap_whatever_their_sizes() -> N
     )
 
 
+def test_near_copies_found_by_their_first_words_are_those_every_comparison_finds() -> None:
+    """`NearCopies` compares a text only with kept ones sharing one of its first words: each verdict, and the
+    kept text it names, is the one comparing it with every kept text in turn gives, at the threshold's edge too."""
+    chosen = random.Random(44)
+    for _ in range(400):
+        threshold = chosen.choice((0.5, 0.8, 0.9, 0.9, 1.0))
+        copies, kept = weighing.NearCopies(threshold), []
+        for _ in range(30):
+            base = kept[chosen.randrange(len(kept))] if kept and chosen.random() < 0.6 else frozenset()
+            words = frozenset(w for w in base if chosen.random() < 0.95) | frozenset(
+                f"w{chosen.randrange(60)}" for _ in range(chosen.randint(0, 25))
+            )
+            first = next((i for i, theirs in enumerate(kept) if weighing.words_copy(words, [theirs], threshold)), None)
+            assert copies.copy_of(words) == first, (threshold, sorted(words))
+            if first is None:
+                kept.append(words)
+
+
 def test_an_entry_shown_by_a_block_s_text_alone_is_found_in_any_block_but_never_across_two() -> None:
     """The blocks shown by their text alone are looked through as one text (`shown_together`), however many and
     however old: an entry is found in any of them, as written or as the default format escapes it, and never in

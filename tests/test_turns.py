@@ -1,11 +1,15 @@
-"""The thread a worker does large requests' ranking work on, taken in turns per tenant (`TenantThread`)."""
+"""The thread a worker does its requests' large work on, taken in turns per tenant (`TenantThread`), and a long
+text's tokens counted there a piece at a turn (`tokens`)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
+import time
 
 import pytest
+from contextfold_server.tokens import CallTokens, count_tokens, count_tokens_in_turns, pieces
 from contextfold_server.turns import TenantThread
 
 
@@ -87,3 +91,57 @@ def test_work_that_raises_raises_in_its_caller_and_passes_the_turn_on() -> None:
         assert await asyncio.wait_for(thread.run("a", lambda: "next"), 5) == "next"
 
     asyncio.run(scenario())
+
+
+# Texts that try the places a count could be cut: blank space of each kind, line ends, contractions, numbers,
+# punctuation, letters of other scripts, and text that spells a special token.
+_ALPHABET = [
+    *"abcXYZ019'.,!?-_()<>/\"", "\u2019", " ", " ", "  ", "\n", "\r\n", "\n\n", "\t", "\u00a0", "\u00e9", "\u00df",
+    "\u4e2d", "\U0001f600", "\u00bd", "'s", "'ll", " 's", "\x1c", "\u2028", "\u3000", "<|endoftext|>",
+]  # fmt: skip
+
+
+def test_a_long_text_s_tokens_are_the_sum_of_its_pieces_wherever_it_is_cut() -> None:
+    chosen = random.Random(45)
+    for _ in range(5000):
+        text = "".join(chosen.choice(_ALPHABET) for _ in range(chosen.randint(1, 60)))
+        cut = list(pieces(text, chosen.randint(1, 12)))
+        assert "".join(cut) == text
+        assert sum(map(count_tokens, cut)) == count_tokens(text), cut
+
+
+def test_a_block_counted_after_a_blank_line_and_without_has_each_count_exact() -> None:
+    """The fold asks for a block's tokens on a blank line of its own and without: each is the count of the text
+    asked for, whichever comes first, and whether or not the block starts with blank space."""
+    chosen = random.Random(46)
+
+    async def counts() -> None:
+        for start in ("<memory>", " <memory>", "\t", "x"):
+            block = start + "".join(chosen.choice(_ALPHABET) for _ in range(4000))
+            for first, second in ((block, "\n\n" + block), ("\n\n" + block, block)):
+                counter = CallTokens("tenant")
+                assert await counter(first) == count_tokens(first)
+                assert await counter(second) == count_tokens(second)
+                assert await counter(first) == count_tokens(first)
+
+    asyncio.run(counts())
+
+
+def test_another_tenant_s_count_waits_for_a_piece_of_a_long_one_not_for_all_of_them() -> None:
+    """One tenant counts twelve texts of a megabyte at once; another's text, counted after them, waits for a
+    piece of one of them (a turn), not for the twelve. asyncio's threads would have counted them first come
+    first."""
+
+    async def scenario() -> tuple[float, float]:
+        long = "The user explained a view at length, with examples. " * 20_000
+        started = time.perf_counter()
+        heavy = [asyncio.ensure_future(count_tokens_in_turns("heavy", long)) for _ in range(12)]
+        await asyncio.sleep(0.05)
+        asked = time.perf_counter()
+        assert await count_tokens_in_turns("other", long[:20_000]) == count_tokens(long[:20_000])
+        waited = time.perf_counter() - asked
+        assert set(await asyncio.gather(*heavy)) == {count_tokens(long)}
+        return waited, time.perf_counter() - started
+
+    waited, all_of_them = asyncio.run(scenario())
+    assert waited < all_of_them / 5, f"waited {waited:.3f} s of the heavy counts' {all_of_them:.3f} s"

@@ -6,17 +6,28 @@ budgets mean the same thing on every replica and in every report.
 
 from __future__ import annotations
 
-import asyncio
 import functools
+import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from .turns import in_turns
 
 if TYPE_CHECKING:
     import tiktoken
 
-# Counting runs at about 6 MB/s here: up to this many characters take a fraction of a
-# millisecond, counted on the spot; longer texts are counted on a thread (tiktoken lets
-# go of the interpreter while it works), so the event loop stays free.
-_COUNT_ON_THE_LOOP = 2048
+# Counting runs at about 6 MB/s here: up to this many characters take a millisecond or so,
+# counted on the spot (a block of a few entries); longer texts are counted on the worker's
+# thread, in the caller's tenant's turns (`turns.worker_thread`), so the event loop stays free.
+_COUNT_ON_THE_LOOP = 8192
+# A long text is counted a piece of about this many characters at a turn (a few milliseconds
+# each): another tenant's count waits for one piece, not for a whole block of megabytes.
+PIECE = 32 * 1024
+# Where a text may be cut without changing its count. cl100k_base splits a text into pieces by its
+# pattern before encoding, and no token spans two; a piece that holds a line's end ends with it
+# unless more blank space follows, and one that holds a space is blank or starts with it. So a piece
+# always ends after a line's end that text follows, and before a lone space between texts.
+_CUT = re.compile(r"(?<=\n)(?=\S)|(?<=\S)(?= \S)")
 
 
 @functools.cache
@@ -31,8 +42,69 @@ def count_tokens(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
-async def count_tokens_off_the_loop(text: str) -> int:
-    """`count_tokens`, on a thread when the text is long."""
+def pieces(text: str, size: int = PIECE) -> Iterator[str]:
+    """`text` in pieces of about `size` characters whose counts add up to its own: each cut where the
+    encoding's own pieces end (`_CUT`), the first such place past `size` characters; a text with no such
+    place (no line's end before text, no lone space between texts) stays whole."""
+    start = 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size)
+        if cut is None:
+            break
+        yield text[start : cut.start()]
+        start = cut.start()
+    yield text[start:]
+
+
+# How the fold puts a block that follows text on a line of its own (`engine.fold.separated`).
+_BLANK_LINE = "\n\n"
+
+
+@functools.cache
+def _blank_line_tokens() -> int:
+    return count_tokens(_BLANK_LINE)
+
+
+class CallTokens:
+    """One call's token counter: `count_tokens_in_turns` in the call's tenant's turns, each long text counted once
+    though the fold asks for it twice, on a blank line of its own (its budget: a block that follows text) and
+    without (the block's own count in the report). A blank line before text is a piece of its own (`_CUT`): its
+    count adds to the text's."""
+
+    def __init__(self, namespace: str) -> None:
+        self._namespace = namespace
+        self._counted: list[tuple[str, int]] = []
+
+    async def __call__(self, text: str) -> int:
+        if len(text) <= _COUNT_ON_THE_LOOP:
+            return count_tokens(text)
+        for counted, tokens in self._counted:
+            if counted == text:
+                return tokens
+            if _on_a_blank_line(text, counted):
+                return tokens + _blank_line_tokens()
+            if _on_a_blank_line(counted, text):
+                return tokens - _blank_line_tokens()
+        tokens = await count_tokens_in_turns(self._namespace, text)
+        self._counted.append((text, tokens))
+        return tokens
+
+
+def _on_a_blank_line(text: str, block: str) -> bool:
+    """Whether `text` is `block` after a blank line, and `block` starts with text (so the two count apart)."""
+    return (
+        len(text) == len(block) + len(_BLANK_LINE)
+        and bool(block)
+        and not block[0].isspace()
+        and text.startswith(_BLANK_LINE)
+        and text.endswith(block)
+    )
+
+
+async def count_tokens_in_turns(namespace: str, text: str) -> int:
+    """`count_tokens`: a short text on the event loop, a long one on the worker's thread, a piece at a
+    time, each piece in `namespace`'s turn."""
     if len(text) <= _COUNT_ON_THE_LOOP:
         return count_tokens(text)
-    return await asyncio.to_thread(count_tokens, text)
+    run = in_turns(namespace)
+    return sum([await run(count_tokens, piece) for piece in pieces(text)])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-from collections.abc import Callable
+import weakref
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -63,3 +64,29 @@ class TenantThread:
                 turn.set_result(None)
                 return
         self._busy = False
+
+
+# Each event loop's thread (a worker runs one loop): one per loop, so that a loop's futures are only ever awaited on it.
+_THREADS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TenantThread] = weakref.WeakKeyDictionary()
+
+
+def worker_thread() -> TenantThread:
+    """The worker's one thread for the interpreter-bound work of its requests that grows with them and so is not
+    done on the event loop: a long question read and long candidates weighed (the search), a large conversation
+    parsed (`Inject`), the blocks a conversation shows looked through (the engine), a long text's tokens counted,
+    a large request's data encoded for its customizations. Every tenant's such work takes turns on it, where
+    asyncio's own threads would serve it first come first, several at once."""
+    loop = asyncio.get_running_loop()
+    thread = _THREADS.get(loop)
+    if thread is None:
+        thread = _THREADS[loop] = TenantThread("requests")
+    return thread
+
+
+def in_turns(namespace: str) -> Callable[..., Awaitable[T]]:
+    """`work(*args)` on the worker's thread (`worker_thread`), in `namespace`'s turn."""
+
+    async def run(work: Callable[..., T], *args: Any) -> T:
+        return await worker_thread().run(namespace, work, *args)
+
+    return run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import quote
 
 import grpc
@@ -19,13 +18,15 @@ from ..postgres.consistency import answered_by
 from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.outcomes import INJECTED, ProviderOutcomes
 from ..providers.registry import ProviderDirectory
-from ..tokens import count_tokens_off_the_loop
+from ..tokens import CallTokens
+from ..turns import in_turns
 from .call import CALL
 from .fields import MAX_RESPONSE_BYTES
 from .requests import Capabilities, check_compiles, parse_inject
 from .responses import injected_block, report_to_proto
 
-# A conversation of more content blocks than this is parsed on a thread: 20,000 (the limit) take the event loop 10 ms
+# A conversation of more content blocks than this is parsed on the worker's thread, in the caller's tenant's turns:
+# 20,000 (the limit) take the event loop 10 ms
 # as text, 40 to 80 ms as blocks injected earlier; a few hundred, well under a millisecond.
 PARSED_ON_THE_LOOP = 2000
 
@@ -53,10 +54,11 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         # A malformed request is the caller's bug and gets INVALID_ARGUMENT; past the parse and
         # the compile check, nothing fails the call: injection fails open.
         call = CALL.get()
+        off_the_loop = in_turns(call.namespace)
         if sum(len(message.content) for message in request.messages) <= PARSED_ON_THE_LOOP:
             parsed = parse_inject(request, call.caller, self._capabilities)
         else:
-            parsed = await asyncio.to_thread(parse_inject, request, call.caller, self._capabilities)
+            parsed = await off_the_loop(parse_inject, request, call.caller, self._capabilities)
         budget = call.time_left()
         # At most half the caller's time goes to checking: the rest is the sources'.
         within = None if budget is None else budget / 2
@@ -94,8 +96,9 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
             ),
             self._searcher.port(call.namespace, parsed.scope, call.deadline),
             provide,
-            count_tokens_off_the_loop,
+            CallTokens(call.namespace),
             RequestCustomizer(self._sandbox, request, parsed.turns, call.namespace, call.deadline),
+            off_the_loop,
         )
 
         registered = {record.name for record in providers}

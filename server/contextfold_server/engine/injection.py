@@ -23,7 +23,7 @@ from .entries import RetrievedEntry
 from .fold import fold_target, shows_text
 from .format import NAMED_FORMATS
 from .gate import Customizer, Gate, Skipped, SkipReason, admit
-from .memory import MEMORY_SOURCE, MemoryRequest, MemorySearch, Stages, retrieve_memory
+from .memory import MEMORY_SOURCE, MemoryRequest, MemorySearch, OffTheLoop, Stages, retrieve_memory
 from .outcome import SourceOutcome, describe, describe_privately
 from .region import Offer, PlannedBlock, RenderEntries, TokenCounter, plan_region
 from .trigger import Trigger
@@ -96,8 +96,10 @@ async def inject(
     provide: ProvideText,
     count_tokens: TokenCounter,
     customizer: Customizer,
+    off_the_loop: OffTheLoop = asyncio.to_thread,
 ) -> InjectionOutcome:
-    """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out."""
+    """Plan the blocks to fold for one model call. Never raises: a failure leaves its source out. Work too
+    large for the event loop (a look through many blocks shown before) is done by `off_the_loop`."""
     started = time.perf_counter()
     budget = request.budget
     target = fold_target(turns)
@@ -114,7 +116,7 @@ async def inject(
         stages = Stages(outcome.durations)
         await admit(request.memory.gate, turns, target, customizer)
         stages.done("trigger")
-        entries = await retrieve_memory(turns, request.memory, search, customizer, memory, stages)
+        entries = await retrieve_memory(turns, request.memory, search, customizer, memory, stages, off_the_loop)
         return Offer(
             MEMORY_SOURCE,
             request.memory.priority,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .conversation import Turn, injected_entry_ids, shown_texts
 from .entries import RetrievedEntry
@@ -33,6 +33,10 @@ MAX_SHOWN_LINES = 50
 # millisecond or two). More is looked through on a thread: an agent may send 3 MB of them back (a mesh client's whole
 # history, in another format than the default), which 150 entries took the loop 0.3 s to be looked for in.
 SHOWN_ON_THE_LOOP = 10_000_000
+
+# Where work too large for the event loop is done: `work(*args)`, awaited (the server's is the worker's thread, in the
+# caller's tenant's turns: `turns.in_turns`).
+OffTheLoop = Callable[..., Awaitable[Any]]
 
 Found = TypeVar("Found")
 
@@ -143,10 +147,11 @@ async def retrieve_memory(
     customizer: Customizer,
     outcome: SourceOutcome,
     stages: Stages,
+    off_the_loop: OffTheLoop = asyncio.to_thread,
 ) -> tuple[RetrievedEntry, ...]:
     """The entries to offer, best first. The query goes on `outcome` as soon as it is known, so a
     skip still reports it. Raises `Skipped` when there is nothing to offer, and what the search or
-    a customization raises."""
+    a customization raises. A look through many blocks shown before is done by `off_the_loop`."""
     query = await _resolve_query(turns, request, customizer)
     stages.done("query")
     if query is None:
@@ -185,7 +190,7 @@ async def retrieve_memory(
     if len(new) * len(shown) <= SHOWN_ON_THE_LOOP:
         new = not_shown(new, shown)
     else:
-        new = await asyncio.to_thread(not_shown, new, shown)
+        new = await off_the_loop(not_shown, new, shown)
     entries = new[: request.max_entries]
     if request.explain:
         outcome.considered = _considered(result, new, entries, search_query)

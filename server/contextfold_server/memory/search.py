@@ -24,6 +24,7 @@ from ..engine.weighing import (
     ENTRY_READ,
     UNKNOWN_NAMES,
     Asked,
+    NearCopies,
     Weighing,
     content_words,
     default_weighing,
@@ -33,11 +34,10 @@ from ..engine.weighing import (
     speakers,
     specific,
     states,
-    words_copy,
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
-from ..turns import TenantThread
+from ..turns import worker_thread
 from .records import Candidate, Neighbours, Scope, ScoredRecord, is_memory_id
 from .reranker import Reranker, RerankFailed
 from .store import PostgresMemoryStore
@@ -62,8 +62,6 @@ class MemorySearcher:
     weighing: Weighing = field(default_factory=default_weighing)
     # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
     observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
-    # Where a large request's ranking work is done, off the event loop, in turns per tenant (`_off_the_loop`).
-    thread: TenantThread = field(default_factory=lambda: TenantThread("rank"))
 
     async def search(
         self,
@@ -322,8 +320,8 @@ class MemorySearcher:
 
     async def _off_the_loop(self, namespace: str, small: bool, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)`: on the event loop when it is `small` (a short question, candidates short and few), else on
-        the searcher's thread, in `namespace`'s turn."""
-        return work(*args) if small else await self.thread.run(namespace, work, *args)
+        the worker's thread, in `namespace`'s turn (`turns.worker_thread`)."""
+        return work(*args) if small else await worker_thread().run(namespace, work, *args)
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None
@@ -362,7 +360,7 @@ QUESTION_ON_THE_LOOP = 1000
 
 # What the ranking may read of its candidates on the event loop, in characters (of each, up to `ENTRY_READ`):
 # about 2 ms of weighing them and of comparing those kept for near-copies. More (a question of 100 entries among
-# long ones reads 500 candidates: tens of milliseconds) is read on the searcher's thread, in turns per tenant,
+# long ones reads 500 candidates: tens of milliseconds) is read on the worker's thread, in turns per tenant,
 # where the loop's other callers take turns with it (the interpreter's switch interval) rather than waiting until
 # it is done.
 READ_ON_THE_LOOP = 100_000
@@ -525,8 +523,7 @@ def _left_out_of(
     why); among the best `limit` kept, a near-copy of a better one (`weighing.near_copy`)."""
     left_out: dict[str, tuple[Verdict, str]] = {}
     kept: list[Candidate] = []
-    # Each kept entry's words, read once: every later candidate is compared with every one kept.
-    kept_words: list[frozenset[str]] = []
+    copies = NearCopies()
     for candidate in order:
         score = gate_scores.get(candidate.id, candidate.score)
         floored = candidate.id in under_floor
@@ -534,13 +531,11 @@ def _left_out_of(
             why = _not_relevant(gate, score, candidate.score if floored else None, unknown_names, asked)
             left_out[candidate.id] = (Verdict.NOT_RELEVANT, why)
         elif len(kept) < limit:
-            words = content_words(candidate.content)
-            copied = next((k for k, theirs in zip(kept, kept_words, strict=True) if words_copy(words, [theirs])), None)
+            copied = copies.copy_of(content_words(candidate.content))
             if copied is not None:
-                left_out[candidate.id] = (Verdict.NEAR_COPY, f"says what {copied.id} says")
+                left_out[candidate.id] = (Verdict.NEAR_COPY, f"says what {kept[copied].id} says")
             else:
                 kept.append(candidate)
-                kept_words.append(words)
     return left_out
 
 
