@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .turns import in_turns
+from .turns import InTurns
 
 if TYPE_CHECKING:
     import tiktoken
@@ -106,5 +106,5 @@ async def count_tokens_in_turns(namespace: str, text: str) -> int:
     time, each piece in `namespace`'s turn."""
     if len(text) <= _COUNT_ON_THE_LOOP:
         return count_tokens(text)
-    run = in_turns(namespace)
+    run = InTurns(namespace)
     return sum([await run(count_tokens, piece) for piece in pieces(text)])

@@ -6,7 +6,7 @@ import asyncio
 import collections
 import functools
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -83,10 +83,11 @@ def worker_thread() -> TenantThread:
     return thread
 
 
-def in_turns(namespace: str) -> Callable[..., Awaitable[T]]:
+class InTurns:
     """`work(*args)` on the worker's thread (`worker_thread`), in `namespace`'s turn."""
 
-    async def run(work: Callable[..., T], *args: Any) -> T:
-        return await worker_thread().run(namespace, work, *args)
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
 
-    return run
+    async def __call__(self, work: Callable[..., T], *args: Any) -> T:
+        return await worker_thread().run(self.namespace, work, *args)

@@ -19,7 +19,7 @@ from ..providers.fanout import ProviderChannels, provider_port
 from ..providers.outcomes import INJECTED, ProviderOutcomes
 from ..providers.registry import ProviderDirectory
 from ..tokens import CallTokens
-from ..turns import in_turns
+from ..turns import InTurns
 from .call import CALL
 from .fields import MAX_RESPONSE_BYTES
 from .requests import Capabilities, check_compiles, parse_inject
@@ -54,7 +54,7 @@ class InjectionServicer(injection_pb2_grpc.InjectionServiceServicer):
         # A malformed request is the caller's bug and gets INVALID_ARGUMENT; past the parse and
         # the compile check, nothing fails the call: injection fails open.
         call = CALL.get()
-        off_the_loop = in_turns(call.namespace)
+        off_the_loop = InTurns(call.namespace)
         if sum(len(message.content) for message in request.messages) <= PARSED_ON_THE_LOOP:
             parsed = parse_inject(request, call.caller, self._capabilities)
         else:

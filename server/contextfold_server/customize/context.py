@@ -24,7 +24,7 @@ from ..engine.conversation import Role, Turn, is_user_turn, latest_index, text_o
 from ..engine.entries import RetrievedEntry
 from ..engine.gate import Skipped, SkipReason
 from ..engine.outcome import SourceFailed
-from ..turns import in_turns
+from ..turns import InTurns
 from .sandbox import Sandbox, SandboxError, SandboxTimeout, encode_with_json
 
 # Past this many bytes, a request's context is encoded on a thread.
@@ -81,7 +81,7 @@ class RequestCustomizer:
         """The request's context, encoded once, on the first expression: most calls have none."""
         if self._context is None:
             if self._request.ByteSize() > _ENCODE_ON_THE_LOOP:
-                self._context = asyncio.ensure_future(in_turns(self._tenant)(self._context_json))
+                self._context = asyncio.ensure_future(InTurns(self._tenant)(self._context_json))
             else:
                 self._context = asyncio.get_running_loop().create_future()
                 self._context.set_result(self._context_json())
@@ -108,5 +108,5 @@ class RequestCustomizer:
             ]
         }
         large = sum(len(entry.content) for entry in entries) > _ENCODE_ON_THE_LOOP
-        data_json = await in_turns(self._tenant)(json.dumps, data) if large else json.dumps(data)
+        data_json = await InTurns(self._tenant)(json.dumps, data) if large else json.dumps(data)
         return await self._run("format", "the format template", template, data_json)

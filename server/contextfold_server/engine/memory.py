@@ -35,7 +35,7 @@ MAX_SHOWN_LINES = 50
 SHOWN_ON_THE_LOOP = 10_000_000
 
 # Where work too large for the event loop is done: `work(*args)`, awaited (the server's is the worker's thread, in the
-# caller's tenant's turns: `turns.in_turns`).
+# caller's tenant's turns: `turns.InTurns`).
 OffTheLoop = Callable[..., Awaitable[Any]]
 
 Found = TypeVar("Found")

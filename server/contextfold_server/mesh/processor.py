@@ -32,6 +32,7 @@ from ..access.keys import bearer_key
 from ..api.requests import remember_fault, turns_from_messages
 from ..engine.remember import injected_texts
 from ..errors import InvalidArgument
+from ..turns import InTurns
 from . import ext_proc_pb2 as ext_proc
 from .settings import PREFIX, BadSetting, MeshSettings, ours, settings
 from .shapes import Located, NotThisShape, Shape, apply, shape_of, shown_earlier
@@ -74,6 +75,12 @@ class _Exchange:
 
     def unchanged(self, outcome: str, reason: str) -> None:
         self.outcome, self.reason = outcome, reason
+
+    @property
+    def caller(self) -> str:
+        """Whose turn this request's work off the event loop takes (`turns.InTurns`): its key's (the tenant is
+        known only once contextfold has checked the key), apart from any namespace's name."""
+        return f"mesh key {self.settings.api_key}"
 
     def metadata(self) -> list[tuple[str, str]]:
         """What a call the processor makes for this request carries: its request id, and its key."""
@@ -186,7 +193,7 @@ class ExternalProcessor:
             return unchanged
         try:
             text = body.decode("utf-8")
-            located = await _read(exchange.shape, text)
+            located = await _read(exchange.shape, text, exchange.caller)
         except UnicodeDecodeError:
             exchange.unchanged("bad_body", "the body is not UTF-8")
             return unchanged
@@ -251,7 +258,7 @@ class ExternalProcessor:
 
         async def remember() -> None:
             try:
-                messages = await asyncio.to_thread(_rememberable, users)
+                messages = await InTurns(exchange.caller)(_rememberable, users)
             except InvalidArgument as error:
                 logger.warning(
                     "request_id=<%s> reason=<%s> | the request's turns were not remembered", exchange.request_id, error
@@ -327,12 +334,12 @@ def _value(header: ext_proc.HeaderValue) -> str:
     return header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
 
 
-async def _read(shape: Shape, text: str) -> list[Located]:
+async def _read(shape: Shape, text: str, caller: str) -> list[Located]:
     """The body read in its shape: off the event loop when it is large (a large request's parse takes
-    milliseconds)."""
+    milliseconds), on the worker's thread in `caller`'s turn."""
     if len(text) < 64 * 1024:
         return shape.read(text)
-    return await asyncio.to_thread(shape.read, text)
+    return await InTurns(caller)(shape.read, text)
 
 
 def _rememberable(users: list[conversation_pb2.Message]) -> list[conversation_pb2.Message]:
