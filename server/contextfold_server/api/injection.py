@@ -26,8 +26,8 @@ from .requests import Capabilities, check_compiles, parse_inject
 from .responses import injected_block, report_to_proto
 
 # A conversation of more content blocks than this is parsed on the worker's thread, in the caller's tenant's turns:
-# 20,000 (the limit) take the event loop 10 ms
-# as text, 40 to 80 ms as blocks injected earlier; a few hundred, well under a millisecond.
+# 20,000 (the limit) take the event loop 10 ms as text, 40 to 80 ms as blocks injected earlier; a few hundred, well
+# under a millisecond.
 PARSED_ON_THE_LOOP = 2000
 
 
