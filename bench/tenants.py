@@ -8,7 +8,7 @@ server to embed, from four callers; bulk adds of 500 entries with vectors, from 
 the size of its own vector index (built before the flood, so each add keeps it up); the heaviest
 legal filter (any of five membership tests of 100 values and 59 ranges, over entries with 15 KB of
 metadata), from eight; the heaviest `Inject` (a hundred entries of 16,000 characters asked for, none
-gated: 500 long candidates weighed, a block of 1.6 MB counted and sent back), from eight; 600 idle
+gated: 500 long candidates weighed, a block of 1.6 MB counted and sent back), from 24; 600 idle
 import streams; exports nobody reads, from eight callers. The
 flooding processes stand for other machines: they run at the lowest CPU priority, in a scheduling
 group of their own, so the work of building their requests is not taken from the server.
@@ -188,7 +188,7 @@ FLOODS = (
     Flood("adds of 64 long texts to embed, 4 callers", embedding_adds, 4, "texts", counted_by_the_model=True),
     Flood("bulk adds of 500 with vectors, 6 callers", bulk_adds, 6, "entries"),
     Flood("the heaviest legal filter, 8 callers", heavy_filters, 8, "listings"),
-    Flood("Injects of 100 long entries, 8 callers", heavy_injects, 8, "Injects"),
+    Flood("Injects of 100 long entries, 24 callers", heavy_injects, 24, "Injects"),
     Flood("idle import streams, 600 of them", idle_streams, 2, None),
     Flood("exports nobody reads, 8 callers", unread_exports, 1, None),
 )
