@@ -26,6 +26,7 @@ from contextfold_server.engine.ranking import (
 )
 from contextfold_server.engine.weighing import (
     MOST_PARTS,
+    READ_MOST,
     SPECIFIC_MOST,
     default_weighing,
     question_parts,
@@ -363,6 +364,20 @@ def test_the_reranker_orders_the_candidates_and_the_report_says_so(
     sent = fake_reranker.requests[-1]
     assert sent["path"] == "/rerank" and sent["auth"] == "Bearer sk-rerank"
     assert sent["body"]["query"] == ask and len(sent["body"]["texts"]) == 4
+
+
+def test_the_reranker_is_sent_each_candidate_whole_though_the_ranking_reads_its_beginning(
+    reranking_server: Client, fake_reranker: FakeReranker
+) -> None:
+    fake_reranker.mode = "ok"
+    store = unique("long-notes")
+    reranking_server.create_store(store)
+    long = "The garden shed needs a new roof before winter. " + "It leaks at the back corner. " * 300
+    reranking_server.add_memories(store, [{"id": f"{store}-long", "content": long}])
+    result = reranking_server.inject([user("what does the garden shed need")], stores=[store], ranking="rerank")
+    assert [e.id for e in result.report.entries] == [f"{store}-long"]
+    assert fake_reranker.requests[-1]["body"]["texts"] == [long]
+    assert len(long) > READ_MOST
 
 
 @pytest.mark.parametrize("mode", ["error", "garbage", "out_of_range", "slow"])
@@ -1120,3 +1135,50 @@ def test_asked_which_one_the_turn_that_names_it_comes_before_the_turn_that_only_
         # Without what naming it adds, would the general turn come first?
         decided += named.score - named.signals["specific"] < general.score
     assert decided >= len(WHICH_ONES) - 1, "naming which one decided the order"
+
+
+def test_an_entry_longer_than_the_ranking_reads_comes_back_whole_however_it_was_found(
+    client: Client, make_store
+) -> None:
+    """A ranking reads of each candidate what it weighs (`READ_MOST` characters) and the entries it keeps whole:
+    found nearest in one store, across two (their shared pass), through a filter, by their words, as a session's
+    neighbour, by each ranking that weighs candidates. None whose content the reading cut is lost."""
+    first, second = make_store("long-a"), make_store("long-b")
+    tail = " It came up again and again, with more said each time about how and why. " * 60
+
+    def long(text: str) -> str:
+        return text + tail + f" ({len(text)})"
+
+    entries = {
+        "lighthouse": long("Visited the lighthouse on the cliffs at dawn, the lamp still turning."),
+        "question": long("Mel asked where the best view of the lighthouse is."),
+        "answer": long("Ana said the best view is from the north pier, by the old crane."),
+        "zebra": long("Uses the code ZEBRA-4471 for the storage locker."),
+    }
+    client.add_memories(
+        first,
+        [
+            {"id": f"{first}-{key}", "content": text, "session_id": "trip", "metadata": {"kind": "trip"}}
+            for key, text in entries.items()
+        ],
+    )
+    client.add_memories(second, [{"id": f"{second}-other", "content": long("Bought bread at the bakery.")}])
+    assert all(len(text) > READ_MOST for text in entries.values())
+    stored = {f"{first}-{key}": text for key, text in entries.items()} | {
+        f"{second}-other": long("Bought bread at the bakery.")
+    }
+    asks = [
+        ("Where is the best view of the lighthouse?", {"stores": [first]}),
+        ("Where is the best view of the lighthouse?", {"stores": [first, second]}),
+        ("Where is the best view of the lighthouse?", {"stores": [first], "filter": {"kind": {"eq": "trip"}}}),
+        ("What is ZEBRA-4471 for?", {"stores": [first, second], "ranking": "hybrid"}),
+        ("What is ZEBRA-4471 for?", {"stores": [first], "ranking": "store_aware"}),
+    ]
+    for question, options in asks:
+        result = client.inject([user(question)], max_entries=4, min_score=-1.0, **options)
+        assert len(result.report.entries) == 4, (question, options)
+        shown = result.messages[0]["content"][-1]["injected"]["text"]
+        for item in result.report.entries:
+            assert stored[item.id] in shown, (question, options, item.id)
+        found = client.search_memories(question, max_results=4, min_score=-1.0, **options)
+        assert len(found) == 4 and all(r.memory.content == stored[r.memory.id] for r in found), (question, options)

@@ -138,6 +138,9 @@ def default_weighing() -> Weighing:
 # (a question of 100 entries among as many long ones would otherwise take it for most of a second). The
 # development data's longest entry is 444 characters.
 ENTRY_READ = 2000
+# The most of an entry the weighing reads: `ENTRY_READ` characters after a speaker's name and its colon (`specific`),
+# which `_SPEAKER` allows up to 127 characters. A search reads no more of the candidates it weighs.
+READ_MOST = ENTRY_READ + 127
 # What the question's words look like, lower-cased, a possessive dropped ("Melanie's" asks about Melanie).
 _WORD = re.compile(r"[^\W_][\w'\u2019-]*")
 _POSSESSIVE = re.compile(r"['\u2019]s?$")

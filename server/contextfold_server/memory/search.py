@@ -22,6 +22,7 @@ from ..engine.memory import MemorySearch, SearchQuery, SearchResult
 from ..engine.ranking import Ranking
 from ..engine.weighing import (
     ENTRY_READ,
+    READ_MOST,
     UNKNOWN_NAMES,
     Asked,
     NearCopies,
@@ -46,6 +47,7 @@ from .store import PostgresMemoryStore
 LOCAL_MODEL = LocalEmbedder.name
 
 T = TypeVar("T")
+R = TypeVar("R", bound=ScoredRecord)
 
 # What a search returns here: the records themselves, converted for the engine at its port only.
 Found = SearchResult[ScoredRecord]
@@ -232,7 +234,8 @@ class MemorySearcher:
             order = [entry for entry in order if entry.score >= query.min_score]
         notes: tuple[str, ...] = ()
         if strategy is Ranking.RERANK:
-            pool = order[: ranking.RERANK_CANDIDATES]
+            # The reranker reads each candidate whole.
+            pool = await self._whole(namespace, scope, query, order[: ranking.RERANK_CANDIDATES])
             try:
                 order, reranked = await self._rerank(query.text, pool, deadline)
                 self.observe_rerank("ok")
@@ -244,6 +247,7 @@ class MemorySearcher:
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
         # Found both ways, an entry is the vector search's: its score is its similarity either way.
         ranked = [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]]
+        ranked = await self._whole(namespace, scope, query, ranked)
         considered = _considered(weighed, ranked, scores, signals, query, inputs, left_out) if query.explain else []
         silence = ""
         best = left_out.get(weighed[0].id) if weighed and not ranked else None
@@ -322,6 +326,20 @@ class MemorySearcher:
         """`work(*args)`: on the event loop when it is `small` (a short question, candidates short and few), else on
         the worker's thread, in `namespace`'s turn (`turns.worker_thread`)."""
         return work(*args) if small else await worker_thread().run(namespace, work, *args)
+
+    async def _whole(self, namespace: str, scope: Scope, query: SearchQuery, entries: Sequence[R]) -> list[R]:
+        """`entries` (candidates, read up to the `READ_MOST` characters the weighing reads of each) with their content
+        whole: those that may hold more are read again, in one round trip. One gone since (deleted, expired, no
+        longer matching) is left out; one changed since is as it is now."""
+        cut = {entry.id for entry in entries if len(entry.memory.content) >= READ_MOST}
+        if not cut:
+            return list(entries)
+        whole = await self.store.whole(namespace, scope, query, sorted(cut))
+        return [
+            replace(entry, memory=whole[entry.id]) if entry.id in cut else entry
+            for entry in entries
+            if entry.id not in cut or entry.id in whole
+        ]
 
     async def _rerank(
         self, text: str, pool: list[Candidate], deadline: float | None

@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ..engine.filters import Filter
+from ..engine.weighing import READ_MOST
 from ..postgres.schema import SCHEMA
 from .filters import anchor, compile_filter
 from .records import MemoryRecord, NewMemory, Scope
@@ -72,6 +73,16 @@ def entries_where(scope: Scope, tree: Filter | None, live: bool = True) -> tuple
 
 STORE_COLUMNS = "name, description, dimension, create_time, default_ttl"
 _M_COLUMNS = sql.SQL(", ").join(sql.Identifier("m", column) for column in MEMORY_COLUMNS.split(", "))
+# The columns of a candidate a ranking weighs: each column, but of the content only what the weighing reads
+# (`weighing.READ_MOST`). The entries a search keeps are read whole after (`whole_statement`): a hundred entries asked
+# of long ones weigh 500 candidates, 8 MB of content for Postgres to send and the event loop to parse, of which it
+# reads a seventh.
+_CANDIDATE_COLUMNS = sql.SQL(", ").join(
+    sql.SQL("left(m.content, {most}) AS content").format(most=sql.Literal(READ_MOST))
+    if column == "content"
+    else sql.Identifier("m", column)
+    for column in MEMORY_COLUMNS.split(", ")
+)
 # The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
 _KNOWN_ONCE = (
     "CASE WHEN row_number() OVER () = 1"
@@ -167,7 +178,7 @@ def candidates_statement(
     what a filter refuses) or exactly, as its plan for the store decides; with `exact`, always exactly.
     With `beside`, the neighbours (`_BESIDE`) of the `%(seeds)s` nearest come in the same statement
     (`_READ_BESIDE`): each such candidate `seeded`, each neighbour on a row of its own with the id it
-    is `beside`. Composed once per shape."""
+    is `beside`. Of each entry's content, what the weighing reads (`_CANDIDATE_COLUMNS`). Composed once per shape."""
     nearest = (
         " SELECT nearest.* FROM (SELECT name FROM known WHERE dimension = {dim}) AS s"
         " CROSS JOIN LATERAL (SELECT {columns}, {distance} AS distance"
@@ -175,9 +186,9 @@ def candidates_statement(
         " AND NOT (m.id = ANY(%(exclude)s)){where} ORDER BY distance LIMIT %(per_store)s) AS nearest"
         if each_store
         # The function is read where it is called, not through a CTE: a CTE copies what it returns.
-        else " SELECT * FROM {nearest}(%(namespace)s, {dim}, %(vector)b,"
+        else " SELECT {columns}, m.distance FROM {nearest}(%(namespace)s, {dim}, %(vector)b,"
         " ARRAY(SELECT name FROM known WHERE dimension = {dim} ORDER BY name), %(per_store)s, %(pool)s,"
-        " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s)"
+        " %(exclude)s, (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s) AS m"
     )
     if beside:
         # Here the nearest are read through a CTE (which copies them): the neighbours are read from them.
@@ -195,7 +206,7 @@ def candidates_statement(
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
             nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
-            columns=_M_COLUMNS,
+            columns=_CANDIDATE_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
             where=sql.SQL(where),
@@ -216,7 +227,7 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
     its words were weighed among holds, and how many those were: read from the same sample, and always
     on a row of its own when no entry matches (`unknown_share`). With `beside` (under `word_matches`),
     the neighbours of every entry found come too, as `candidates_statement` reads them (each entry whose
-    neighbours were looked for `seeded`).
+    neighbours were looked for `seeded`). Of each entry's content, what the weighing reads.
     Composed once per shape."""
     weighed = (
         " SELECT {columns}, {distance} AS distance, matched.weight AS lexical"
@@ -244,7 +255,7 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
         )
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
-            columns=_M_COLUMNS,
+            columns=_CANDIDATE_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             function=sql.Identifier(SCHEMA, lexical),
             dim=sql.Literal(dimension),
@@ -322,17 +333,27 @@ _SEEDED = "f.id IN (SELECT s.id FROM seeds s) AS seeded"
 
 
 @functools.lru_cache(maxsize=32)
+def whole_statement(where: str) -> str:
+    """The entries `%(ids)s` whole, within the entries' conditions (`entries_where`): those a ranking kept, whose
+    content it read up to `READ_MOST` characters (`_CANDIDATE_COLUMNS`)."""
+    return (
+        f"SELECT {MEMORY_COLUMNS} FROM {SCHEMA}.memories m"
+        f" WHERE m.namespace = %(namespace)s AND m.id = ANY(%(ids)s){where}"
+    )
+
+
+@functools.lru_cache(maxsize=32)
 def neighbours_statement(where: str) -> str:
     """The entries written just before and just after each of `%(ids)s` in its store and session, or its
     author's order (by `seq`; `_BESIDE`), within the entries' conditions (`entries_where`), with their
-    distance to `%(vector)b` and the id they are beside (`beside`). Entries in no session and of no author
-    have none."""
+    distance to `%(vector)b` and the id they are beside (`beside`), and of their content what the weighing
+    reads. Entries in no session and of no author have none."""
     return (
         sql.SQL(
             "SELECT n.*, c.id AS beside FROM {memories} c CROSS JOIN LATERAL (" + _BESIDE + ") AS n"
             " WHERE c.namespace = %(namespace)s AND c.id = ANY(%(ids)s)"
         )
-        .format(columns=_M_COLUMNS, memories=sql.Identifier(SCHEMA, "memories"), where=sql.SQL(where))
+        .format(columns=_CANDIDATE_COLUMNS, memories=sql.Identifier(SCHEMA, "memories"), where=sql.SQL(where))
         .as_string(None)
     )
 

@@ -52,6 +52,7 @@ from .statements import (
     search_statement,
     stored_as_given,
     unknown_share,
+    whole_statement,
     words_statement,
 )
 
@@ -346,6 +347,15 @@ class PostgresMemoryStore:
         if not rows:
             raise NotFound("memory", memory_id)
         return self.record(rows[0])
+
+    async def whole(
+        self, namespace: str, scope: Scope, query: SearchQuery, ids: Sequence[str]
+    ) -> dict[str, MemoryRecord]:
+        """The entries `ids` whole, by id, that the search `query` could still find (within `scope`, matching its
+        filter, live): a ranking reads of its candidates' content only what it weighs (`statements.whole_statement`)."""
+        where, params = entries_where(scope, query.filter)
+        params |= {"namespace": namespace, "ids": list(ids), "live_at": self.now()}
+        return {row["id"]: self.record(row) for row in await self.read(namespace, whole_statement(where), params)}
 
     async def held_within(self, namespace: str, ids: Sequence[str], scope: Scope) -> set[str]:
         """Which of `ids` live entries within `scope` hold."""
