@@ -233,9 +233,11 @@ class MemorySearcher:
         if query.min_score is not None:
             order = [entry for entry in order if entry.score >= query.min_score]
         notes: tuple[str, ...] = ()
+        # The candidates were read cut: those that may be shown, and those a reranker reads, are read whole, once.
+        shown = max(query.limit, ranking.RERANK_CANDIDATES) if strategy is Ranking.RERANK else query.limit
+        order = await self._whole(namespace, scope, query, order[:shown])
         if strategy is Ranking.RERANK:
-            # The reranker reads each candidate whole.
-            pool = await self._whole(namespace, scope, query, order[: ranking.RERANK_CANDIDATES])
+            pool = order[: ranking.RERANK_CANDIDATES]
             try:
                 order, reranked = await self._rerank(query.text, pool, deadline)
                 self.observe_rerank("ok")
@@ -247,7 +249,6 @@ class MemorySearcher:
                 strategy, notes = Ranking.STORE_AWARE, (f"the reranker failed ({error}): ranked store-aware",)
         # Found both ways, an entry is the vector search's: its score is its similarity either way.
         ranked = [ScoredRecord(entry.memory, entry.score) for entry in order[: query.limit]]
-        ranked = await self._whole(namespace, scope, query, ranked)
         considered = _considered(weighed, ranked, scores, signals, query, inputs, left_out) if query.explain else []
         silence = ""
         best = left_out.get(weighed[0].id) if weighed and not ranked else None
