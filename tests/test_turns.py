@@ -4,12 +4,22 @@ text's tokens counted there a piece at a turn (`tokens`)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import random
+import string
 import threading
 import time
 
 import pytest
-from contextfold_server.tokens import CallTokens, count_tokens, count_tokens_in_turns, pieces
+from contextfold_server.tokens import (
+    LONGEST_PIECE,
+    PIECE,
+    CallTokens,
+    count_tokens,
+    count_tokens_in_turns,
+    pieces,
+)
 from contextfold_server.turns import TenantThread
 
 
@@ -105,9 +115,38 @@ def test_a_long_text_s_tokens_are_the_sum_of_its_pieces_wherever_it_is_cut() -> 
     chosen = random.Random(45)
     for _ in range(5000):
         text = "".join(chosen.choice(_ALPHABET) for _ in range(chosen.randint(1, 60)))
-        cut = list(pieces(text, chosen.randint(1, 12)))
+        cut = list(pieces(text, chosen.randint(1, 12), longest=len(text) + 1))
         assert "".join(cut) == text
         assert sum(map(count_tokens, cut)) == count_tokens(text), cut
+
+
+def test_a_long_text_without_blank_space_is_cut_where_its_marks_are_and_its_count_stays_exact() -> None:
+    """Minified JSON, base64 and hex hold no blank space: each is cut after a letter or digit, before a mark or
+    at a change between letters and digits, in pieces of about `PIECE` characters."""
+    chosen = random.Random(47)
+    records = [{"id": n, "text": f"value{n}", "tags": ["a", "b"]} for n in range(8000)]
+    minified = json.dumps(records, separators=(",", ":"))
+    encoded = base64.b64encode(chosen.randbytes(200_000)).decode()
+    hexadecimal = chosen.randbytes(100_000).hex()
+    for text in (minified, encoded, hexadecimal):
+        cut = list(pieces(text))
+        assert "".join(cut) == text
+        assert len(cut) >= len(text) // PIECE
+        assert max(map(len, cut)) < PIECE + 64
+        assert sum(map(count_tokens, cut)) == count_tokens(text)
+
+
+def test_a_run_of_letters_longer_than_the_longest_piece_is_cut_there_its_count_within_a_token_a_cut() -> None:
+    """A run of letters has no place its count is kept whole; one longer than `LONGEST_PIECE` (only a hostile
+    text holds one) is cut there all the same, so that another tenant's count waits for a piece of it, not for
+    the encoding's time on all of it, which grows faster than its length."""
+    chosen = random.Random(48)
+    for letters in ("ab", string.ascii_letters, "\u4e2d\u6587\u00e9"):
+        text = "".join(chosen.choice(letters) for _ in range(5 * LONGEST_PIECE + 17))
+        cut = list(pieces(text))
+        assert "".join(cut) == text
+        assert [len(piece) for piece in cut] == [LONGEST_PIECE] * 5 + [17]
+        assert abs(sum(map(count_tokens, cut)) - count_tokens(text)) <= len(cut) - 1
 
 
 def test_a_block_counted_after_a_blank_line_and_without_has_each_count_exact() -> None:
