@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,27 @@ def test_concurrent_texts_share_model_calls_and_get_their_own_vectors(model: Loc
     asyncio.run(run())
 
 
+def test_another_tenant_s_text_is_tokenized_after_a_turn_of_long_batches_not_after_them(model: LocalEmbedder) -> None:
+    """One tenant's twelve batches of long texts are counted at once (adds of entries of 16,000 characters); another
+    tenant's question, counted after them, waits for a turn of one of them on the worker's thread, not for the
+    batches. asyncio's threads counted them first come first, six at once."""
+    batch = [f"Entry {n}: " + "The user described the release plan at length, with its risks. " * 250 for n in range(8)]
+
+    async def scenario() -> tuple[float, float]:
+        started = time.perf_counter()
+        heavy = [asyncio.ensure_future(model.token_counts(batch, "heavy")) for _ in range(12)]
+        await asyncio.sleep(0.02)
+        asked = time.perf_counter()
+        question = "What did we decide about the release, and who signed it off? " * 20
+        assert await model.token_counts([question], "other") == [len(model.tokenize([question])[0])]
+        waited = time.perf_counter() - asked
+        assert all(counts == [256] * 8 for counts in await asyncio.gather(*heavy))
+        return waited, time.perf_counter() - started
+
+    waited, all_of_them = asyncio.run(scenario())
+    assert waited < all_of_them / 5, f"waited {waited:.3f} s of the long batches' {all_of_them:.3f} s"
+
+
 class RecordingModel:
     """A stand-in for the model: a text's tokens are its words, a batch takes a while, and each batch it was
     given is recorded."""
@@ -98,7 +120,7 @@ class RecordingModel:
         self.batches_at_once = batches_at_once
         self.running = self.most_running = 0
 
-    async def token_counts(self, texts: list[str]) -> list[int]:
+    async def token_counts(self, texts: list[str], tenant: str = "") -> list[int]:
         return [len(text.split()) or 1 for text in texts]
 
     async def embed(self, texts: list[str]) -> list[list[float]]:

