@@ -12,12 +12,17 @@ import threading
 import time
 
 import pytest
+from contextfold_server.engine.entries import RetrievedEntry
+from contextfold_server.engine.format import format_memory_block
 from contextfold_server.tokens import (
     LONGEST_PIECE,
     PIECE,
+    REMEMBERED_LINE,
     CallTokens,
+    LineCounts,
     count_tokens,
     count_tokens_in_turns,
+    lines,
     pieces,
 )
 from contextfold_server.turns import TenantThread
@@ -147,6 +152,46 @@ def test_a_run_of_letters_longer_than_the_longest_piece_is_cut_there_its_count_w
         assert "".join(cut) == text
         assert [len(piece) for piece in cut] == [LONGEST_PIECE] * 5 + [17]
         assert abs(sum(map(count_tokens, cut)) - count_tokens(text)) <= len(cut) - 1
+
+
+def test_a_text_counted_by_its_lines_long_ones_remembered_has_its_own_count() -> None:
+    """Lines cut where text follows a line's end, long ones counted once and read back after: every count is the
+    text's own, whatever its lines hold (blank space of each kind opening a line, lines long and short)."""
+    chosen = random.Random(49)
+    counts = LineCounts()
+    in_a_line = [part for part in _ALPHABET if "\n" not in part]
+    long_lines = ["".join(chosen.choice(in_a_line) for _ in range(REMEMBERED_LINE)) for _ in range(6)]
+    long = 0
+    for _ in range(300):
+        parts = [chosen.choice(long_lines) if chosen.random() < 0.5 else chosen.choice(_ALPHABET) for _ in range(12)]
+        text = "".join(part + chosen.choice(["\n", "\n\n", " \n", "\r\n", ""]) for part in parts)
+        assert "".join(lines(text)) == text
+        assert sum(map(count_tokens, lines(text))) == count_tokens(text)
+        assert counts.count("tenant", text) == count_tokens(text), text
+        long += sum(len(line) >= REMEMBERED_LINE for line in lines(text))
+    assert 0 < counts.lines_counted < long / 2, "long lines were counted, and most read back"
+
+
+def test_a_block_s_long_entries_are_counted_once_for_a_tenant_in_any_block_and_again_for_another() -> None:
+    """A memory block shows each entry on a line of its own: once a tenant's block of long entries is counted, a
+    block of some of them, in another order, with one more, counts only the new one; another tenant's block of
+    the same entries counts them all (no tenant can time another's). Each count is the block's own."""
+    chosen = random.Random(50)
+    words = [f"w{n}x" for n in range(3000)]
+    entries = [
+        RetrievedEntry(str(n), "notes", " ".join(chosen.choice(words) for _ in range(2700))[:16_000], 0.5)
+        for n in range(12)
+    ]
+    counts = LineCounts()
+
+    def counted(namespace: str, shown: list[RetrievedEntry]) -> int:
+        block = format_memory_block(shown)
+        assert sum(counts.count(namespace, piece) for piece in pieces(block)) == count_tokens(block)
+        return counts.lines_counted
+
+    assert counted("a", entries[:10]) == 10
+    assert counted("a", [entries[7], entries[2], entries[11], entries[0]]) == 11
+    assert counted("b", entries[:10]) == 21
 
 
 def test_a_block_counted_after_a_blank_line_and_without_has_each_count_exact() -> None:
