@@ -107,10 +107,19 @@ class Weighing:
         return {name: self.weights.get(name, 0.0) * value for name, value in signals.items()}
 
     def score(self, signals: Mapping[str, float]) -> float:
-        return self.intercept + sum(self.contributions(signals).values())
+        return self.intercept + sum(weight * signals.get(name, 0.0) for name, weight in self._weighed)
 
     def gate_score(self, signals: Mapping[str, float]) -> float:
-        return self.gate_intercept + sum(weight * signals.get(name, 0.0) for name, weight in self.gate_weights.items())
+        return self.gate_intercept + sum(weight * signals.get(name, 0.0) for name, weight in self._gate_weighed)
+
+    @functools.cached_property
+    def _weighed(self) -> tuple[tuple[str, float], ...]:
+        """The signals the order weighs, with their weights (a signal weighing 0 adds nothing to a sum)."""
+        return tuple((name, weight) for name, weight in self.weights.items() if weight)
+
+    @functools.cached_property
+    def _gate_weighed(self) -> tuple[tuple[str, float], ...]:
+        return tuple((name, weight) for name, weight in self.gate_weights.items() if weight)
 
     def relevant(self, gate_score: float, unknown_names: float) -> bool:
         """Whether a candidate of this gate score is relevant enough to inject, for a question whose
