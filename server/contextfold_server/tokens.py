@@ -75,25 +75,26 @@ def pieces(text: str, size: int = PIECE, longest: int = LONGEST_PIECE) -> Iterat
 
 def _line_start(text: str, after: int, before: int) -> int:
     """The first place from `after` and before `before` that follows a line's end and holds text; -1 if none."""
-    at = text.find("\n", after - 1, before - 1)
-    while at >= 0:
-        if at + 1 < len(text) and not text[at + 1].isspace():
-            return at + 1
-        at = text.find("\n", at + 1, before - 1)
-    return -1
+    return next(_line_starts(text, after, before), -1)
 
 
 def lines(text: str) -> Iterator[str]:
     """`text` cut at each line's start that text follows: places the encoding's own pieces end (`_CUT`), so the
     lines' counts add up to the text's."""
     start = 0
-    at = text.find("\n")
-    while at >= 0:
-        if at + 1 < len(text) and not text[at + 1].isspace():
-            yield text[start : at + 1]
-            start = at + 1
-        at = text.find("\n", at + 1)
+    for at in _line_starts(text, 1, len(text)):
+        yield text[start:at]
+        start = at
     yield text[start:]
+
+
+def _line_starts(text: str, after: int, before: int) -> Iterator[int]:
+    """The places from `after` and before `before` that follow a line's end and hold text, in order."""
+    end = text.find("\n", after - 1, before - 1)
+    while end >= 0:
+        if end + 1 < len(text) and not text[end + 1].isspace():
+            yield end + 1
+        end = text.find("\n", end + 1, before - 1)
 
 
 # A line at least this long is counted once for a tenant, and its count remembered (`LineCounts`).

@@ -73,8 +73,9 @@ _THREADS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TenantThread] = w
 def worker_thread() -> TenantThread:
     """The worker's one thread for the interpreter-bound work of its requests that grows with them and so is not
     done on the event loop: a long question read and long candidates weighed (the search), a large conversation
-    parsed (`Inject`), the blocks a conversation shows looked through (the engine), a long text's tokens counted,
-    a large request's data encoded for its customizations, a large body read by the mesh processor. Every
+    parsed (`Inject`), the blocks a conversation shows looked through (the engine), a long text's tokens counted
+    (for a budget, and for the model's batches), a large request's data encoded for its customizations, a large
+    body read by the mesh processor. Every
     tenant's such work takes turns on it, where asyncio's own threads would serve it first come first, several
     at once."""
     loop = asyncio.get_running_loop()

@@ -38,7 +38,7 @@ from ..engine.weighing import (
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
-from ..turns import worker_thread
+from ..turns import InTurns
 from .records import Candidate, Neighbours, Scope, ScoredRecord, is_memory_id
 from .reranker import Reranker, RerankFailed
 from .store import PostgresMemoryStore
@@ -326,7 +326,7 @@ class MemorySearcher:
     async def _off_the_loop(self, namespace: str, small: bool, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)`: on the event loop when it is `small` (a short question, candidates short and few), else on
         the worker's thread, in `namespace`'s turn (`turns.worker_thread`)."""
-        return work(*args) if small else await worker_thread().run(namespace, work, *args)
+        return work(*args) if small else await InTurns(namespace)(work, *args)
 
     async def _whole(self, namespace: str, scope: Scope, query: SearchQuery, entries: Sequence[R]) -> list[R]:
         """`entries` (candidates, read up to the `READ_MOST` characters the weighing reads of each) with their content
