@@ -198,10 +198,21 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def live_children(parent: psutil.Process, *, recursive: bool = False) -> Iterator[tuple[psutil.Process, str]]:
+    """A process's children that still run, each with its command line. A child that ended and is not
+    reaped yet (a zombie: a worker an earlier test killed, say) or that is gone by the time it is read
+    is passed over: reading its command line would raise."""
+    for child in parent.children(recursive=recursive):
+        try:
+            yield child, " ".join(child.cmdline())
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+
+
 def server_processes(supervisor: psutil.Process) -> tuple[list[psutil.Process], list[psutil.Process]]:
     """The supervisor's workers and its bulk workers, told apart by their CPU priority (the bulk workers'
     is lower, `--bulk-nice`)."""
-    children = [child for child in supervisor.children() if "spawn_main" in " ".join(child.cmdline())]
+    children = [child for child, command in live_children(supervisor) if "spawn_main" in command]
     workers = [child for child in children if child.nice() == supervisor.nice()]
     return workers, [child for child in children if child.nice() > supervisor.nice()]
 

@@ -20,6 +20,7 @@ from contextfold_server.errors import Unavailable
 
 from harness.messages import user
 from harness.polling import wait_for
+from harness.servers import live_children
 
 VECTOR = [1.0] * 8
 
@@ -163,7 +164,9 @@ def test_an_error_shows_the_control_characters_it_quotes_escaped(client: Client)
 
 def sandbox_workers() -> list[psutil.Process]:
     """The sandbox workers this process started (not the servers the tests run)."""
-    return [child for child in psutil.Process().children() if "contextfold_server.customize.worker" in child.cmdline()]
+    return [
+        child for child, command in live_children(psutil.Process()) if "contextfold_server.customize.worker" in command
+    ]
 
 
 def test_a_sandbox_that_fails_under_a_check_gives_no_verdict_and_no_internal_error() -> None:

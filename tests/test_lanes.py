@@ -29,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.messages import unique, user
 from harness.polling import wait_for
-from harness.servers import ServerProcess, sample, server_processes, serving
+from harness.servers import ServerProcess, live_children, sample, server_processes, serving
 
 # A stall no check should see, however loaded the machine (`make bench` has the targets).
 STALL = 0.25
@@ -151,8 +151,7 @@ def test_bulk_work_runs_at_a_lower_cpu_priority_its_database_sessions_too(lanes:
     assert len(bulk) == 1 and len(workers) >= 1 and bulk[0].nice() == 10
     # Every thread of the bulk worker, the model's among them, at its priority.
     assert {psutil.Process(thread.id).nice() for thread in bulk[0].threads()} == {10}
-    children = supervisor.children(recursive=True)
-    sessions = [p for p in children if p.name() == "postgres" and p.cmdline()[0].startswith("postgres: ")]
+    sessions = [p for p, command in live_children(supervisor, recursive=True) if command.startswith("postgres: ")]
     assert {p.nice() for p in sessions} >= {0, 10}
 
 

@@ -18,7 +18,7 @@ from contextfold.v1 import injection_pb2
 
 from harness.messages import user
 from harness.polling import wait_for
-from harness.servers import ROOT, SERVE, ServerProcess, sample, start_server
+from harness.servers import ROOT, SERVE, ServerProcess, live_children, sample, start_server
 
 SKIP = injection_pb2.SkipReason
 # Runs until the sandbox's time limit (1 s here) stops it.
@@ -110,8 +110,8 @@ def test_a_template_cut_off_by_the_callers_deadline_fails_open_before_it(tenants
 def sandbox_workers(server: ServerProcess) -> list[psutil.Process]:
     return [
         process
-        for process in psutil.Process(server.process.pid).children(recursive=True)
-        if "contextfold_server.customize.worker" in " ".join(process.cmdline())
+        for process, command in live_children(psutil.Process(server.process.pid), recursive=True)
+        if "contextfold_server.customize.worker" in command
     ]
 
 
