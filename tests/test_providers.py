@@ -24,7 +24,16 @@ from contextfold.v1 import injection_pb2
 
 from harness.messages import assistant, user
 from harness.polling import wait_for
-from harness.servers import Postgres, ServerProcess, free_port, provider_fixtures, serving, start_server, terminate
+from harness.servers import (
+    Postgres,
+    ServerProcess,
+    free_port,
+    live_children,
+    provider_fixtures,
+    serving,
+    start_server,
+    terminate,
+)
 
 from .pages import listening, printed, replacing, running_printed
 
@@ -727,16 +736,13 @@ def test_no_port_the_servers_processes_listen_on_is_a_provider(tmp_path) -> None
         service = int(server.address.rsplit(":", 1)[1])
 
         def listening() -> set[int]:
-            processes = [
-                psutil.Process(server.process.pid),
-                *psutil.Process(server.process.pid).children(recursive=True),
-            ]
-            return {
-                connection.laddr.port
-                for process in processes
-                for connection in process.net_connections(kind="tcp")
-                if connection.status == psutil.CONN_LISTEN
-            }
+            supervisor = psutil.Process(server.process.pid)
+            ports = set()
+            for process in [supervisor, *(child for child, _ in live_children(supervisor, recursive=True))]:
+                with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+                    connections = process.net_connections(kind="tcp")
+                    ports |= {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+            return ports
 
         ports = wait_for(
             lambda: (found := listening() - {service}) and len(found) >= 3 and found, 30, what="every port"
