@@ -7,7 +7,9 @@ import asyncio
 import base64
 import json
 import random
+import statistics
 import string
+import sys
 import threading
 import time
 
@@ -25,7 +27,7 @@ from contextfold_server.tokens import (
     lines,
     pieces,
 )
-from contextfold_server.turns import TenantThread
+from contextfold_server.turns import SWITCH_INTERVAL, TenantThread, share_the_interpreter
 
 
 async def _queued(thread: TenantThread, callers: list[tuple[str, str]], held: threading.Event) -> list[str]:
@@ -114,6 +116,47 @@ _ALPHABET = [
     *"abcXYZ019'.,!?-_()<>/\"", "\u2019", " ", " ", "  ", "\n", "\r\n", "\n\n", "\t", "\u00a0", "\u00e9", "\u00df",
     "\u4e2d", "\U0001f600", "\u00bd", "'s", "'ll", " 's", "\x1c", "\u2028", "\u3000", "<|endoftext|>",
 ]  # fmt: skip
+
+
+def _loop_steps_while_the_thread_computes() -> float:
+    """How late, at the median, an event loop comes back from waiting a millisecond (as it waits for a socket, the
+    interpreter left to other threads meanwhile) while the worker's thread computes, holding the interpreter."""
+
+    def compute(seconds: float) -> int:
+        ends, spun = time.perf_counter() + seconds, 0
+        while time.perf_counter() < ends:
+            spun += 1
+        return spun
+
+    async def scenario() -> float:
+        thread = TenantThread("computing")
+        computing = asyncio.ensure_future(thread.run("heavy", compute, 0.5))
+        await asyncio.sleep(0.05)  # the thread under way
+        steps = []
+        while not computing.done() and len(steps) < 60:
+            started = time.perf_counter()
+            await asyncio.sleep(0.001)
+            steps.append(time.perf_counter() - started - 0.001)
+        await computing
+        return statistics.median(steps)
+
+    return asyncio.run(scenario())
+
+
+def test_a_worker_s_event_loop_waits_a_fraction_of_the_default_for_the_interpreter_while_its_thread_computes() -> None:
+    """The interpreter's default switch interval (5 ms) is what each of the loop's steps waited for the interpreter
+    while the worker's thread computed for another tenant; a worker sets `SWITCH_INTERVAL` (`share_the_interpreter`)."""
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        by_default = _loop_steps_while_the_thread_computes()
+        share_the_interpreter()
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)
+        shared = _loop_steps_while_the_thread_computes()
+    finally:
+        sys.setswitchinterval(before)
+    assert by_default > 0.003, by_default
+    assert shared < by_default / 2, (shared, by_default)
 
 
 def test_a_long_text_s_tokens_are_the_sum_of_its_pieces_wherever_it_is_cut() -> None:

@@ -54,6 +54,7 @@ from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
 from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Reaching, Serving, SupervisorWord
+from .turns import share_the_interpreter
 from .wiring import Services, Shared, StartFailed, build, grpc_server
 
 logger = logging.getLogger("contextfold")
@@ -290,6 +291,7 @@ def hear_the_supervisor(
 def run_worker(config: Config, shared: Shared, worker: int, reports: Connection) -> None:
     """A worker process's entry point (the supervisor spawns it)."""
     configure_logging(config.log_level, config.log_format, worker=worker)
+    share_the_interpreter()
     try:
         code = asyncio.run(serve(config, shared, worker, reports))
     finally:
