@@ -550,10 +550,22 @@ def test_near_copies_are_told_by_their_words_overlap_whatever_their_sizes() -> N
         threshold = chosen.choice((0.5, 0.8, 0.9, 0.9, 1.0))
         overlap = bool(theirs) and len(mine & theirs) / len(mine | theirs) >= threshold
         assert weighing.words_copy(mine, [theirs], threshold) == overlap, (sorted(mine), sorted(theirs))
+    # Long texts near the threshold, where a pair is given up once more of its words are missing than a copy lacks.
+    for _ in range(500):
+        base = frozenset(chosen.sample(range(2000), chosen.randint(200, 400)))
+        mine = frozenset(w for w in base if chosen.random() > chosen.random() * 0.12) | frozenset(
+            chosen.sample(range(2000, 2100), chosen.randint(0, 20))
+        )
+        theirs = frozenset(w for w in base if chosen.random() > chosen.random() * 0.12)
+        overlap = len(mine & theirs) / len(mine | theirs) >= 0.9
+        assert weighing.words_copy(mine, [theirs]) == overlap, (len(mine), len(theirs), len(mine & theirs))
     nine_of_ten = frozenset(range(9))
     assert weighing.words_copy(nine_of_ten, [frozenset(range(10))]) and not weighing.words_copy(
         frozenset(range(8)), [frozenset(range(10))]
     )
+    # At the edge with a word missing: ten words against the nine they hold, 0.9 together.
+    assert weighing.words_copy(frozenset(range(10)), [nine_of_ten])
+    assert not weighing.words_copy(frozenset(range(11)), [frozenset(range(9)) | {20}])
 
 
 def test_near_copies_found_by_their_first_words_are_those_every_comparison_finds() -> None:
