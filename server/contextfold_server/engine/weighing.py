@@ -526,22 +526,23 @@ def words_copy(words: frozenset[str], better: Iterable[frozenset[str]], threshol
     """`near_copy` of texts already read into their words (`content_words`). Two sets overlap by `threshold`
     of both together only if the smaller holds that share of the larger's count: others are not compared. Two
     that are compared share at least `threshold / (1 + threshold)` of their words' count together, so `words`
-    may miss at most the rest of its own in `theirs`: their words are looked up one by one until more are
-    missing than that (most pairs, after a tenth of them), and only a pair still in the running is counted."""
+    may miss at most the rest of its own in `theirs`: its words are looked up one by one until more are missing
+    than that (most pairs, after a tenth of them); a pair still in the running has its overlap from the count."""
     if not words:
         return False
     size = len(words)
     for theirs in better:
         if theirs and min(size, len(theirs)) / max(size, len(theirs)) >= threshold:
             # The words of `words` a copy may lack, rounded up a hair: a rounding error can only let a pair on.
-            missing = size - threshold * (size + len(theirs)) / (1 + threshold) + 1e-6
+            may_miss = size - threshold * (size + len(theirs)) / (1 + threshold) + 1e-6
+            missed = 0
             for word in words:
                 if word not in theirs:
-                    missing -= 1
-                    if missing < 0:
+                    missed += 1
+                    if missed > may_miss:
                         break
             else:
-                shared = len(words & theirs)
+                shared = size - missed
                 if shared / (size + len(theirs) - shared) >= threshold:
                     return True
     return False
