@@ -53,6 +53,8 @@ TARGET_RECALL_AT_5 = 0.60
 TARGET_CROSS_VALIDATED = {"sessions": 0.66, "no sessions": 0.62}
 TARGET_CATEGORY = 0.40
 TARGET_SILENCE = 0.80
+# What the default may add to Inject's p50 over similarity alone (ms).
+TARGET_ADDED_MS = 4.0
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,13 @@ def main() -> None:
     if default is not None:
         met = "met" if default["recall@5"] >= TARGET_RECALL_AT_5 else "missed"
         print(f"target: default recall@5 >= {TARGET_RECALL_AT_5:.2f}: {default['recall@5']:.3f}, {met}")
+    if "default" in rows and "similarity" in rows:
+        added = rows["default"][1] - rows["similarity"][1]
+        met = "met" if added <= TARGET_ADDED_MS else "missed"
+        print(
+            f"target: the default adds <= {TARGET_ADDED_MS:.0f} ms at p50 over similarity: {added:.2f} ms"
+            f" ({rows['default'][1]:.2f} against {rows['similarity'][1]:.2f} ms), {met}"
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.data == DEFAULT_DATA and not args.no_cross_validation:
@@ -257,9 +266,20 @@ def cross_validation() -> None:
             f" with no silence gate); {categories}; asked in another conversation's scope, silent"
             f" {crossed[f'{kind} silence']:.0%}"
         )
-    wanted = (TARGET_CROSS_VALIDATED["sessions"], TARGET_CROSS_VALIDATED["no sessions"])
-    print(f"targets: cross-validated recall@5 >= {wanted[0]} with session ids, >= {wanted[1]} without, no category")
-    print(f"  below {TARGET_CATEGORY}, silent >= {TARGET_SILENCE:.0%} with recall@5 falling at most 0.02")
+    crossed = table["cross-validated"]
+    for kind in ("sessions", "no sessions"):
+        ids = "with session ids" if kind == "sessions" else "without session ids"
+        lowest = min(CATEGORIES.values(), key=lambda name: crossed[f"{kind} {name}"])
+        fell = crossed[f"{kind} recall@5 ungated"] - crossed[f"{kind} recall@5"]
+        for target, met in (
+            (f"cross-validated recall@5 >= {TARGET_CROSS_VALIDATED[kind]}", crossed[f"{kind} recall@5"]
+             >= TARGET_CROSS_VALIDATED[kind]),
+            (f"no category below {TARGET_CATEGORY} (the lowest: {lowest})", crossed[f"{kind} {lowest}"]
+             >= TARGET_CATEGORY),
+            (f"silent >= {TARGET_SILENCE:.0%} with recall@5 falling at most 0.02", crossed[f"{kind} silence"]
+             >= TARGET_SILENCE and fell <= 0.02),
+        ):  # fmt: skip
+            print(f"target, {ids}: {target}: {'met' if met else 'MISSED'}")
 
 
 def _row(ranking: str, category: str, scores: Scores, p50: float) -> dict:

@@ -5,7 +5,8 @@ signals (`CandidateReport.inputs`) and whether it is labelled relevant. The data
 development conversations (bench/locomo.py's way: each turn one memory, in one store with its
 session's id and in another without), and our own labelled sets (bench/retrieval.py's stores).
 Each question is also asked where nothing is about it, for the silence gate: a LoCoMo question in
-the next conversation's scope, a request of one of our sets against the next set's stores.
+the next conversation's scope, a request of one of our sets against the next set's stores; and general
+questions none of our sets is about (bench/retrieval/off_topic.json) against each set's stores.
 
 The fit: a logistic regression of relevance on the signals (candidates of a question weighed
 together; L2, its strength chosen among a few by the same rotation), which the silence gate weighs;
@@ -50,7 +51,7 @@ from contextfold_server.engine.weighing import (
 )
 
 from bench import RESULTS, locomo
-from bench.retrieval import SET_NAMES, LabelledSet
+from bench.retrieval import OFF_TOPIC, SET_NAMES, LabelledSet
 from harness.messages import user
 from harness.servers import Postgres, start_server
 
@@ -70,9 +71,17 @@ THRESHOLDS = tuple(round(x, 2) for x in np.arange(-6.0, 1.51, 0.25))
 UNKNOWN_WEIGHTS = (0.0, 1.0, 2.0, 4.0)
 # The floors the gate may put under a candidate's similarity to the question: none (-1), or 0, no entry pointing away
 # from it. Chosen among 0 to 0.3 by steps of 0.05, the fit took 0.2 (docs/injection.md, "The gate's floor"), which
-# silences a vague follow-up an agent is asked ("Anything else I should know for the trip or the editor?" is 0.03
-# to 0.16 similar to the trip's and the editor's entries): the development data holds no such questions.
+# leaves out, entry by entry, what a vague follow-up asks about ("Anything else I should know for the trip or the
+# editor?" is 0.03 to 0.16 similar to the trip's and the editor's entries, among entries about other things): the
+# development data holds no such questions. Where nothing in scope is more like it, `LEASTS` below silences it.
 FLOORS = (-1.0, 0.0)
+# The similarities one of a question's candidates may have to reach for any to be injected (`Weighing.least`): none
+# (-1), or one of these, chosen as the least that silences `SILENCE_WANTED` of the general questions asked of our
+# sets' stores (`OFF_TOPIC_CATEGORY`) within the recall allowed. The floor above judges each candidate; this judges
+# the question: "What is 17 times 23?" asked of a team's decisions is 0.21 like the likest of them.
+LEASTS = (-1.0, 0.1, 0.15, 0.2, 0.225, 0.25, 0.275, 0.3)
+# The category of a general question none of our sets is about, asked of each set's stores (`collect`).
+OFF_TOPIC_CATEGORY = "off-topic"
 SIMILARITY = SIGNALS.index("similarity")
 
 
@@ -96,6 +105,12 @@ class Question:
     @property
     def elsewhere(self) -> bool:
         return self.relevant == 0
+
+    @property
+    def silence(self) -> str:
+        """The figure a question asked where nothing is about it counts in: its kind's silence, or the silence on
+        general questions (`OFF_TOPIC_CATEGORY`)."""
+        return f"{self.kind} off-topic silence" if self.category == OFF_TOPIC_CATEGORY else f"{self.kind} silence"
 
     @functools.cached_property
     def signals(self) -> np.ndarray:
@@ -153,6 +168,7 @@ def collect(cf: Client) -> list[Question]:
                     asked.candidates = _candidates(result, lambda id_, e=evidence, i=ids: i.get(id_, "") in e, ids)
                     questions.append(asked)
     sets = [LabelledSet.load(name) for name in SET_NAMES]
+    off_topic = json.loads(OFF_TOPIC.read_text())["questions"]
     for labelled in sets:
         for store in labelled.stores:
             name = f"{labelled.name}.{store['name']}"
@@ -163,9 +179,12 @@ def collect(cf: Client) -> list[Question]:
     for index, labelled in enumerate(sets):
         other = sets[(index + 1) % len(sets)]
         stores = [f"{labelled.name}.{s['name']}" for s in labelled.stores]
-        for item, relevant in [(q, q["relevant"]) for q in labelled.queries] + [(q, []) for q in other.queries]:
-            result = cf.inject([user(item["query"])], stores=stores, max_entries=ASKED, explain=True)
-            asked = Question(labelled.name, "own", "requests", len(relevant))
+        asked_of = [(q["query"], q["relevant"], "requests") for q in labelled.queries]
+        asked_of += [(q["query"], [], "requests") for q in other.queries]
+        asked_of += [(text, [], OFF_TOPIC_CATEGORY) for text in off_topic]
+        for text, relevant, category in asked_of:
+            result = cf.inject([user(text)], stores=stores, max_entries=ASKED, explain=True)
+            asked = Question(labelled.name, "own", category, len(relevant))
             asked.candidates = _candidates(result, lambda id_, r=frozenset(relevant): id_ in r)
             questions.append(asked)
     return questions
@@ -232,6 +251,7 @@ def weighing(
     threshold: float,
     unknown: float,
     floor: float = -1.0,
+    least: float = -1.0,
 ) -> Weighing:
     gated, gate_intercept = gate
     return Weighing(
@@ -242,6 +262,7 @@ def weighing(
         threshold,
         unknown,
         floor,
+        least,
     )
 
 
@@ -251,10 +272,12 @@ def shown(question: Question, chosen: Weighing, gated: bool = True) -> list[int]
     return Ranked.of(question, chosen).shown(*_gate_numbers(chosen, gated))
 
 
-def _gate_numbers(chosen: Weighing, gated: bool) -> tuple[float, float, float]:
-    """`chosen`'s gate as `Ranked` tries it (threshold, unknown names' weight, floor); without `gated`, one
+def _gate_numbers(chosen: Weighing, gated: bool) -> tuple[float, float, float, float]:
+    """`chosen`'s gate as `Ranked` tries it (threshold, unknown names' weight, floor, least); without `gated`, one
     that lets every candidate through."""
-    return (chosen.threshold, chosen.unknown_names, chosen.floor) if gated else (-np.inf, 0.0, -np.inf)
+    if not gated:
+        return (-np.inf, 0.0, -np.inf, -np.inf)
+    return (chosen.threshold, chosen.unknown_names, chosen.floor, chosen.least)
 
 
 def recall(question: Question, chosen: Weighing, gated: bool = True) -> float:
@@ -370,17 +393,23 @@ def gate(
     (LoCoMo's either way, our own sets') within `RECALL_GIVEN` of no gate, the lowest threshold that
     silences `SILENCE_WANTED` of the LoCoMo questions asked elsewhere (either way), else the most silent;
     at that threshold, the highest floor. A floor leaves out what points away from the question, which the
-    weighed signals may not: an entry that states something specific scores well on its own."""
+    weighed signals may not: an entry that states something specific scores well on its own. Then, with
+    those, the similarity the likest candidate must reach (`LEASTS`): the least that silences
+    `SILENCE_WANTED` of the general questions asked of our sets' stores with recall@5 still within
+    `RECALL_GIVEN` of no gate, else the one that silences most."""
     ungated = scores(questions, weighing(weights, intercept, relevance, -1e9, 0.0), gated=False)
     ranked = [Ranked.of(q, weighing(weights, intercept, relevance, 0.0, 0.0)) for q in questions]
-    best: tuple[tuple[float, ...], Weighing] | None = None
-    for floor, unknown, threshold in itertools.product(FLOORS, UNKNOWN_WEIGHTS, THRESHOLDS):
-        found = Ranked.scores(ranked, threshold, unknown, floor)
-        within = all(
+
+    def within(found: dict[str, float]) -> bool:
+        return all(
             found.get(f"{kind} recall@5", 0.0) >= ungated.get(f"{kind} recall@5", 0.0) - RECALL_GIVEN
             for kind in ("sessions", "no sessions", "own")
         )
-        if not within:
+
+    best: tuple[tuple[float, ...], Weighing] | None = None
+    for floor, unknown, threshold in itertools.product(FLOORS, UNKNOWN_WEIGHTS, THRESHOLDS):
+        found = Ranked.scores(ranked, threshold, unknown, floor)
+        if not within(found):
             continue
         silence = min(found.get("sessions silence", 0.0), found.get("no sessions silence", 0.0))
         # Enough silence at the lowest threshold that gives it (the least a held-out question risks), else the
@@ -389,7 +418,17 @@ def gate(
         rank = (enough, -threshold if enough else silence, floor, silence)
         if best is None or rank > best[0]:
             best = (rank, weighing(weights, intercept, relevance, threshold, unknown, floor))
-    return best[1] if best else weighing(weights, intercept, relevance, -1e9, 0.0)
+    if best is None:
+        return weighing(weights, intercept, relevance, -1e9, 0.0)
+    chosen = best[1]
+    leasts: list[tuple[tuple[bool, float, float], float]] = []
+    for least in LEASTS:
+        found = Ranked.scores(ranked, chosen.threshold, chosen.unknown_names, chosen.floor, least)
+        if least == LEASTS[0] or within(found):
+            silence = found.get("own off-topic silence", 0.0)
+            enough = silence >= SILENCE_WANTED
+            leasts.append(((enough, -least if enough else silence, -least), least))
+    return dataclasses.replace(chosen, least=max(leasts)[1])
 
 
 @dataclass
@@ -417,8 +456,11 @@ class Ranked:
         gated = (gate + chosen.gate_intercept)[order]
         return cls(question, order, gated, question.signals[order, SIMILARITY], exempt[order])
 
-    def shown(self, threshold: float, unknown: float, floor: float) -> list[int]:
-        """The best `SHOWN` that pass a gate of these numbers, near-copies of better ones left out (`shown`)."""
+    def shown(self, threshold: float, unknown: float, floor: float, least: float = -np.inf) -> list[int]:
+        """The best `SHOWN` that pass a gate of these numbers, near-copies of better ones left out (`shown`):
+        none when no candidate is `least` like the question (`Weighing.reaches_least`)."""
+        if not ((self.similarity >= least) | self.exempt).any():
+            return []
         passing = (self.gated - unknown * self.question.unknown_names >= threshold) & (
             (self.similarity >= floor) | self.exempt
         )
@@ -431,13 +473,15 @@ class Ranked:
         return kept
 
     @staticmethod
-    def scores(ranked: Sequence[Ranked], threshold: float, unknown: float, floor: float) -> dict[str, float]:
+    def scores(
+        ranked: Sequence[Ranked], threshold: float, unknown: float, floor: float, least: float = -np.inf
+    ) -> dict[str, float]:
         """`scores` for a gate of these numbers."""
         found: dict[str, list[float]] = defaultdict(list)
         for r in ranked:
-            kept = r.shown(threshold, unknown, floor)
+            kept = r.shown(threshold, unknown, floor, least)
             if r.question.elsewhere:
-                found[f"{r.question.kind} silence"].append(0.0 if kept else 1.0)
+                found[r.question.silence].append(0.0 if kept else 1.0)
             else:
                 found[f"{r.question.kind} recall@5"].append(float(r.question.labels[kept].sum()) / r.question.relevant)
         return {name: statistics.fmean(values) for name, values in found.items()}
@@ -455,7 +499,7 @@ def cross_validated(questions: Sequence[Question]) -> tuple[dict[str, dict[str, 
             if q.group != held:
                 continue
             if q.elsewhere:
-                table["cross-validated"][f"{q.kind} silence"].append(0.0 if shown(q, chosen) else 1.0)
+                table["cross-validated"][q.silence].append(0.0 if shown(q, chosen) else 1.0)
                 continue
             table["cross-validated"][f"{q.kind} recall@5"].append(recall(q, chosen))
             table["cross-validated"][f"{q.kind} recall@5 ungated"].append(recall(q, chosen, False))
@@ -463,7 +507,7 @@ def cross_validated(questions: Sequence[Question]) -> tuple[dict[str, dict[str, 
             table[f"held out: {held}"][f"{q.kind} recall@5"].append(recall(q, chosen))
     final = fit(questions)
     for q in questions:
-        key = f"{q.kind} silence" if q.elsewhere else f"{q.kind} recall@5"
+        key = q.silence if q.elsewhere else f"{q.kind} recall@5"
         table["in-sample"][key].append((0.0 if shown(q, final) else 1.0) if q.elsewhere else recall(q, final))
     return {row: {k: statistics.fmean(v) for k, v in sorted(cells.items())} for row, cells in table.items()}, final
 
@@ -503,6 +547,7 @@ def write(chosen: Weighing, path: Path = WEIGHTS_FILE) -> None:
             "threshold": float(chosen.threshold),
             "unknown_names": float(chosen.unknown_names),
             "floor": float(chosen.floor),
+            "least": float(chosen.least),
         },
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -528,7 +573,10 @@ def main() -> None:
     for row, cells in table.items():
         print(f"{row}: " + ", ".join(f"{name} {value:.3f}" for name, value in cells.items()))
     print("fit on all:", json.dumps({"weights": final.weights, "intercept": final.intercept}, default=float))
-    print(f"gate: threshold {final.threshold}, unknown names {final.unknown_names}, floor {final.floor}")
+    print(
+        f"gate: threshold {final.threshold}, unknown names {final.unknown_names}, floor {final.floor},"
+        f" least {final.least}"
+    )
     if args.write:
         write(final)
     args.json.parent.mkdir(parents=True, exist_ok=True)

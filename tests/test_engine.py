@@ -625,5 +625,11 @@ def test_the_silence_gate_weighs_the_question_s_unknown_names() -> None:
     assert not floored.under_floor({"similarity": 0.05, "words": 0.5}), "it holds half the question's words"
     assert floored.under_floor({"similarity": 0.05, "words": 0.4})
     assert not gate.under_floor({"similarity": -0.5}), "no floor: -1"
+    # The question's own floor: one candidate at least this like it, or held to it by the same exceptions.
+    least = dataclasses.replace(gate, least=0.25)
+    assert least.reaches_least({"similarity": 0.25}) and not least.reaches_least({"similarity": 0.24})
+    assert least.reaches_least({"similarity": 0.05, "answers": 0.1})
+    assert least.reaches_least({"similarity": 0.05, "words": 0.5}) and not least.reaches_least({"words": 0.4})
+    assert gate.reaches_least({"similarity": -0.5}), "no least: -1"
     shipped = weighing.default_weighing()
     assert set(shipped.weights) == set(weighing.SIGNALS) and all(w >= 0 for w in shipped.weights.values())

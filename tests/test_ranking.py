@@ -1014,6 +1014,51 @@ def test_an_entry_pointing_away_from_the_question_is_not_injected_however_specif
     assert [entry.id for entry in kept.report.entries] == [f"{prefix}-car"]
 
 
+def test_a_question_about_nothing_in_scope_gets_nothing_however_well_its_candidates_weigh(
+    client: Client, make_store
+) -> None:
+    """The gate's `least`: a general question asked of a team's decisions ("What's the boiling point of water at
+    sea level?") is a little like each of them (0.1 to 0.2), names nothing the scope does not know, and its
+    candidates state specific things, which weighs them over the threshold: it gets nothing, because none is
+    as like it as `least`, and the report says so. A question about the decisions still gets them."""
+    store = make_store("decisions")
+    prefix = unique("decision")
+    decisions = [
+        "ADR-021: new backend services are written in Go; Python stays for data jobs.",
+        "Public identifiers are UUIDv7, never database sequence numbers.",
+        "No deploys to production from Friday 15:00 until Monday 09:00.",
+        "The fleet standardises on PostgreSQL 16; version 13 clusters are retired by year end.",
+        "Application logs are kept for 30 days, audit logs for seven years.",
+    ]
+    client.add_memories(store, [{"id": f"{prefix}-{n}", "content": text} for n, text in enumerate(decisions)])
+    gate = default_weighing()
+    asked = "What's the boiling point of water at sea level?"
+    result = client.inject([user(asked)], stores=[store], explain=True)
+    assert not result.report.injected and result.report.skip_reason == injection_pb2.SKIP_REASON_NO_ENTRIES
+    assert "the question is about no entry" in result.report.detail
+    assert result.messages == [user(asked)], "the messages come back as sent"
+    weighed = [c for c in result.report.candidates if c.inputs]
+    assert len(weighed) == len(decisions)
+    likest = max(c.inputs["similarity"] for c in weighed)
+    assert likest < gate.least
+    # `least` decided it: without it, some of them would pass the threshold and the floor.
+    passing = [
+        c
+        for c in weighed
+        if gate.relevant(gate.gate_score(c.inputs), c.inputs["unknown_names"]) and not gate.under_floor(c.inputs)
+    ]
+    assert passing, "the candidates weigh over the threshold on their own"
+    for candidate in passing:
+        assert candidate.verdict == injection_pb2.CANDIDATE_VERDICT_NOT_RELEVANT
+        why = f"the question is about no entry: the likest's similarity {likest:.2f} is under {gate.least:.2f}"
+        assert candidate.detail == why
+    about = client.inject([user("Which database version do we standardise on?")], stores=[store])
+    assert [entry.id for entry in about.report.entries][:1] == [f"{prefix}-3"], about.report.detail
+    # A caller's own min_score replaces the gate, `least` and all.
+    kept = client.inject([user(asked)], stores=[store], min_score=-1.0)
+    assert len(kept.report.entries) == len(decisions)
+
+
 def test_a_term_in_capitals_is_no_name_the_scope_must_know_though_it_ends_in_s(client: Client, make_store) -> None:
     """The gate weighs the names a question asks about that no entry of the scope holds: `URLs`, like `AWS`,
     is a term (a name it did not know silenced this question of our engineering set, its answer first)."""

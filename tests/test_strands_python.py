@@ -204,7 +204,7 @@ def test_several_instances_each_fold_their_own_block_and_never_search_with_the_o
     # The second instance searched with the user's words, not with the first one's block.
     assert [report.query for report in prefs_reports + travel_reports] == [ask, ask]
 
-    agent("Anything else I should know for the trip or the editor?")
+    agent("Anything else I should know about my flights or my editor theme?")
     second = model.inputs[1]
     assert texts(second[0]) == first, "both blocks stay with the message they were folded into"
     new = texts(second[-1])

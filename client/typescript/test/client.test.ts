@@ -253,7 +253,7 @@ test("a deadline: the caller's timeout reaches the providers, and one too short 
   const name = unique("slow-ts");
   await cf.providers.registerProvider({ provider: { name, target: `127.0.0.1:${slow.port}` } });
   try {
-    const { report } = await cf.inject([{ role: "user", content: [{ text: "hello" }] }], { stores: [prefs], providers: [name] }, { timeoutMs: 800 });
+    const { report } = await cf.inject([{ role: "user", content: [{ text: "Which theme do I like?" }] }], { stores: [prefs], providers: [name] }, { timeoutMs: 800 });
     const source = report.sources.find((s) => s.source === name);
     assert.equal(source?.skipReason, SkipReason.TIMEOUT);
     assert.equal(report.injected, true);

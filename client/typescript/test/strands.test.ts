@@ -236,7 +236,7 @@ test("several instances each fold their own block and never search with the othe
     [ask, ask],
   );
 
-  await agent.invoke("Anything else I should know for the trip or the editor?");
+  await agent.invoke("Anything else I should know about my flights or my editor theme?");
   const second = model.inputs[1];
   assert.deepEqual(texts(second[0]), first);
   const latest = texts(second.at(-1)!);
@@ -304,7 +304,7 @@ test("a tool-result turn is not a user turn, unless the trigger is everyTurn", a
     inputSchema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
     callback: () => "rain, 12C",
   });
-  const say = "Let me check the weather, and what you like to wear.";
+  const say = "Let me check the weather, and which editor you use.";
   for (const trigger of ["userTurn", "everyTurn"] as const) {
     const model = new ScriptedModel([{ say, tool: "weather", input: { city: "Lisbon" } }, "Take a coat."]);
     const reports: InjectionReport[] = [];
@@ -316,7 +316,7 @@ test("a tool-result turn is not a user turn, unless the trigger is everyTurn", a
       maxEntries: 1,
       onReport: (report) => reports.push(report),
     });
-    await new Agent({ model, tools: [weather], plugins: [injection], printer: false }).invoke("What should I wear?");
+    await new Agent({ model, tools: [weather], plugins: [injection], printer: false }).invoke("Which theme should I use?");
 
     const [first, second] = model.inputs;
     assert.match(texts(first.at(-1)!).at(-1)!, /^\n\n<memory>\n/);
@@ -326,7 +326,7 @@ test("a tool-result turn is not a user turn, unless the trigger is everyTurn", a
       assert.deepEqual(kinds(second.at(-1)!), ["toolResult", "text"]);
       assert.deepEqual(
         reports.map((report) => report.query),
-        ["What should I wear?", say],
+        ["Which theme should I use?", say],
       );
     }
   }

@@ -77,7 +77,8 @@ class Weighing:
     """The fitted numbers: a weight per signal and an intercept (a candidate's score, which orders the
     candidates, is their sum); and the silence gate, its own weights over `GATE_SIGNALS`: a candidate is
     injected only if its gate score, less `unknown_names` times the question's share of unknown names,
-    reaches `threshold`, and it is not under the floor (`under_floor`)."""
+    reaches `threshold`, it is not under the floor (`under_floor`), and the question is like one of its
+    candidates at least as much as `least` (`reaches_least`)."""
 
     weights: Mapping[str, float]
     intercept: float
@@ -87,6 +88,10 @@ class Weighing:
     unknown_names: float
     # The least cosine similarity to the question an injected entry has (-1: any).
     floor: float = -1.0
+    # The similarity to the question one of its candidates must reach for any to be injected (-1: none need): a
+    # question no candidate is this like is about nothing in its scope ("What is 17 times 23?" asked of a team's
+    # decisions), however well its candidates weigh on their own.
+    least: float = -1.0
 
     @classmethod
     def load(cls, path: Path = WEIGHTS_FILE) -> Weighing:
@@ -100,6 +105,7 @@ class Weighing:
             float(gate["threshold"]),
             float(gate["unknown_names"]),
             float(gate.get("floor", -1.0)),
+            float(gate.get("least", -1.0)),
         )
 
     def contributions(self, signals: Mapping[str, float]) -> dict[str, float]:
@@ -127,14 +133,24 @@ class Weighing:
         return gate_score - self.unknown_names * unknown_names >= self.threshold
 
     def under_floor(self, signals: Mapping[str, float]) -> bool:
-        """Whether a candidate is too little like the question to inject, whatever it weighs: its similarity
-        under `floor`, unless it answers the turn before it (`answers`, `written_answers`: a reply such as
-        "Luna and Oliver!" is like the question only through the turn it answers) or holds `FLOOR_WORDS` of
-        the question's words (an entry naming who and what the question names is about it, whatever its
-        embedding says)."""
-        answering = signals.get("answers", 0.0) or signals.get("written_answers", 0.0)
-        worded = signals.get("words", 0.0) >= FLOOR_WORDS
-        return signals.get("similarity", 0.0) < self.floor and not answering and not worded
+        """Whether a candidate is too little like the question to inject, whatever it weighs: `unlike` it by
+        the floor."""
+        return unlike(signals, self.floor)
+
+    def reaches_least(self, signals: Mapping[str, float]) -> bool:
+        """Whether a candidate is like the question enough (`least`; `unlike`'s exceptions too) that the
+        question is about something in its scope."""
+        return not unlike(signals, self.least)
+
+
+def unlike(signals: Mapping[str, float], similarity: float) -> bool:
+    """Whether a candidate's similarity to the question is under `similarity`, unless it answers the turn before
+    it (`answers`, `written_answers`: a reply such as "Luna and Oliver!" is like the question only through the
+    turn it answers) or holds `FLOOR_WORDS` of the question's words (an entry naming who and what the question
+    names is about it, whatever its embedding says)."""
+    answering = signals.get("answers", 0.0) or signals.get("written_answers", 0.0)
+    worded = signals.get("words", 0.0) >= FLOOR_WORDS
+    return signals.get("similarity", 0.0) < similarity and not answering and not worded
 
 
 @functools.cache

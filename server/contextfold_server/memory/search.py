@@ -204,12 +204,13 @@ class MemorySearcher:
         scores: dict[str, float] = {}
         gate_scores: dict[str, float] = {}
         under_floor: set[str] = set()
+        likest: float | None = None
         if strategy is Ranking.HYBRID:
             order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
             if query.explain:
                 scores, signals = _hybrid_signals(nearest, words)
         else:
-            order, scores, gate_scores, under_floor = await self._store_aware(
+            order, scores, gate_scores, under_floor, likest = await self._store_aware(
                 namespace,
                 scope,
                 query,
@@ -226,7 +227,7 @@ class MemorySearcher:
         gate = self.weighing if gated else None
         left_out = await self._off_the_loop(
             namespace, _read(order) <= READ_ON_THE_LOOP, _left_out_of,
-            order, gate_scores, under_floor, query.limit, gate, unknown_names, asked,
+            order, gate_scores, under_floor, likest, query.limit, gate, unknown_names, asked,
         )  # fmt: skip
         weighed = order
         order = [entry for entry in order if entry.id not in left_out]
@@ -269,7 +270,7 @@ class MemorySearcher:
         inputs: dict[str, dict[str, float]],
         ahead: Neighbours,
         parts: Sequence[list[Candidate]] = (),
-    ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str]]:
+    ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str], float | None]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
         crowd and its share of the query's words (`ranking`), then, once the best ones' neighbours
         are read, a better neighbour and a better entry in its session (each measured by the
@@ -282,7 +283,9 @@ class MemorySearcher:
         before it are weighed by signals of their own (`written_neighbour`, `written_answers`): write
         order is a weaker kinship than a session, and where no author is known it means nothing (a
         store filled by an import has no neighbours read). Best first, with the scores, the silence
-        gate's scores (`Weighing.gate_score`) and the entries under its floor (`Weighing.under_floor`).
+        gate's scores (`Weighing.gate_score`), the entries under its floor (`Weighing.under_floor`), and, when
+        no candidate is as like the question as the gate's `least` (`Weighing.reaches_least`), the likest one's
+        similarity (else None).
         Explaining, what each signal added goes in `signals` and their values in `inputs`, by id.
 
         A question asking several things (`parts`: each part's nearest) is answered part by part: an
@@ -317,11 +320,12 @@ class MemorySearcher:
             _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain,
             unknown_names, signals, inputs,
         )  # fmt: skip
-        scores, gate_scores, under_floor = await self._off_the_loop(
+        scores, gate_scores, under_floor, likest = await self._off_the_loop(
             namespace, _read(found.values()) <= READ_ON_THE_LOOP, weigh
         )
         order = sorted(found.values(), key=lambda c: -scores[c.id])
-        return each_part_first(order, [{c.id for c in part} for part in parts]), scores, gate_scores, under_floor
+        first = each_part_first(order, [{c.id for c in part} for part in parts])
+        return first, scores, gate_scores, under_floor, likest
 
     async def _off_the_loop(self, namespace: str, small: bool, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)`: on the event loop when it is `small` (a short question, candidates short and few), else on
@@ -404,13 +408,15 @@ def _weigh(
     unknown_names: float,
     signals: dict[str, dict[str, float]],
     inputs: dict[str, dict[str, float]],
-) -> tuple[dict[str, float], dict[str, float], set[str]]:
+) -> tuple[dict[str, float], dict[str, float], set[str], float | None]:
     """Each of `found` weighed by its signals (`MemorySearcher._store_aware`): its score, its gate score, and
-    whether it is under the gate's floor. Explaining, what each signal added goes in `signals`, their values
-    in `inputs`, by id."""
+    whether it is under the gate's floor; and, when none is as like the question as the gate's `least`
+    (`Weighing.reaches_least`), the likest one's similarity (else None). Explaining, what each signal added goes
+    in `signals`, their values in `inputs`, by id."""
     scores: dict[str, float] = {}
     gate_scores: dict[str, float] = {}
     under_floor: set[str] = set()
+    reached = False
     stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
     people = speakers(candidate.memory.content for candidate in found.values())
     for entry, candidate in found.items():
@@ -441,10 +447,12 @@ def _weigh(
         gate_scores[entry] = weighing.gate_score(values)
         if weighing.under_floor(values):
             under_floor.add(entry)
+        reached = reached or weighing.reaches_least(values)
         if explain:
             signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
             inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
-    return scores, gate_scores, under_floor
+    likest = None if reached or not found else max(candidate.score for candidate in found.values())
+    return scores, gate_scores, under_floor, likest
 
 
 def _session(candidate: Candidate) -> tuple[str, str] | None:
@@ -532,14 +540,17 @@ def _left_out_of(
     order: Sequence[Candidate],
     gate_scores: Mapping[str, float],
     under_floor: Set[str],
+    likest: float | None,
     limit: int,
     gate: Weighing | None,
     unknown_names: float,
     asked: Asked,
 ) -> dict[str, tuple[Verdict, str]]:
     """The candidates of `order` (best first) the ranking leaves out, each with its verdict and why:
-    with `gate`, those not relevant enough by their `gate_scores`, or `under_floor` (every one, to say
-    why); among the best `limit` kept, a near-copy of a better one (`weighing.near_copy`)."""
+    with `gate`, those not relevant enough by their `gate_scores`, or `under_floor`, or all of them when
+    no candidate is as like the question as the gate's `least` (`likest`: the likest one's similarity,
+    None when one is), every one, to say why; among the best `limit` kept, a near-copy of a better one
+    (`weighing.near_copy`)."""
     left_out: dict[str, tuple[Verdict, str]] = {}
     kept: list[Candidate] = []
     copies = NearCopies()
@@ -548,6 +559,9 @@ def _left_out_of(
         floored = candidate.id in under_floor
         if gate is not None and (floored or not gate.relevant(score, unknown_names)):
             why = _not_relevant(gate, score, candidate.score if floored else None, unknown_names, asked)
+            left_out[candidate.id] = (Verdict.NOT_RELEVANT, why)
+        elif gate is not None and likest is not None:
+            why = f"the question is about no entry: the likest's similarity {likest:.2f} is under {gate.least:.2f}"
             left_out[candidate.id] = (Verdict.NOT_RELEVANT, why)
         elif len(kept) < limit:
             copied = copies.copy_of(content_words(candidate.content))

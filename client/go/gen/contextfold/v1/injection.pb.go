@@ -241,7 +241,9 @@ const (
 	// a failure).
 	CandidateVerdict_CANDIDATE_VERDICT_NOT_FOLDED CandidateVerdict = 6
 	// The default ranking judged it not relevant enough to inject (its score,
-	// with the question's unknown names, is under the silence threshold).
+	// with the question's unknown names, is under the silence threshold; its
+	// similarity is under the gate's floor; or the question is as like none of
+	// its candidates as the gate's least: the detail says which).
 	CandidateVerdict_CANDIDATE_VERDICT_NOT_RELEVANT CandidateVerdict = 7
 	// It says what a better-ranked candidate already says.
 	CandidateVerdict_CANDIDATE_VERDICT_NEAR_COPY CandidateVerdict = 8

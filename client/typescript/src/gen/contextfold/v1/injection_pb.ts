@@ -821,7 +821,9 @@ export enum CandidateVerdict {
 
   /**
    * The default ranking judged it not relevant enough to inject (its score,
-   * with the question's unknown names, is under the silence threshold).
+   * with the question's unknown names, is under the silence threshold; its
+   * similarity is under the gate's floor; or the question is as like none of
+   * its candidates as the gate's least: the detail says which).
    *
    * @generated from enum value: CANDIDATE_VERDICT_NOT_RELEVANT = 7;
    */
