@@ -21,6 +21,7 @@ scored on it, in turn. The weights in engine/weighing.json are the fit on all th
     .venv/bin/python -m bench.weighing            # the cross-validated figures (make bench)
     .venv/bin/python -m bench.weighing --write    # and fit engine/weighing.json on all the data
     .venv/bin/python -m bench.weighing --questions /tmp/asked.json   # collect once, then fit from the file
+    .venv/bin/python -m bench.weighing --scopes   # how the likest candidate's similarity moves with a scope's size
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from contextfold import Client
 from contextfold_server.engine.weighing import (
     FITTED_SIGNALS,
     GATE_SIGNALS,
+    LEAST_AT_ONE,
+    LEAST_PER_TENFOLD,
     SIGNALS,
     UNKNOWN_NAMES,
     WEIGHTS_FILE,
@@ -50,7 +53,7 @@ from contextfold_server.engine.weighing import (
     words_copy,
 )
 
-from bench import RESULTS, locomo
+from bench import RESULTS, corpus, locomo
 from bench.retrieval import OFF_TOPIC, SET_NAMES, LabelledSet
 from harness.messages import user
 from harness.servers import Postgres, start_server
@@ -78,7 +81,9 @@ FLOORS = (-1.0, 0.0)
 # The similarities one of a question's candidates may have to reach for any to be injected (`Weighing.least`): none
 # (-1), or one of these, chosen as the least that silences `SILENCE_WANTED` of the general questions asked of our
 # sets' stores (`OFF_TOPIC_CATEGORY`) within the recall allowed. The floor above judges each candidate; this judges
-# the question: "What is 17 times 23?" asked of a team's decisions is 0.21 like the likest of them.
+# the question: "What is 17 times 23?" asked of a team's decisions is 0.21 like the likest of them. The service asks
+# a smaller scope for less (`Weighing.least_for`, read off by `scopes`); the development data's scopes, of 369 to 680
+# entries, are asked the least chosen here up to 0.25.
 LEASTS = (-1.0, 0.1, 0.15, 0.2, 0.225, 0.25, 0.275, 0.3)
 # The category of a general question none of our sets is about, asked of each set's stores (`collect`).
 OFF_TOPIC_CATEGORY = "off-topic"
@@ -553,6 +558,47 @@ def write(chosen: Weighing, path: Path = WEIGHTS_FILE) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+# The scope sizes `scopes` cuts our sets' scopes to, and how many draws it makes of each.
+SCOPE_SIZES = (3, 5, 10, 20, 50, 100, 200, 500)
+SCOPE_DRAWS = 10
+
+
+def scopes(least: float) -> None:
+    """How `Weighing.least_for` was read off (engine/weighing.py, `LEAST_AT_ONE`): our sets' scopes cut to each of
+    `SCOPE_SIZES` entries, each request's own entries kept and the rest drawn at random, and the general questions
+    asked of as many drawn at random; by the model's similarities alone, the share of requests none of whose
+    scope is as like them as a least (they would get nothing), and the share of general questions silenced, at
+    the least for that size and at `least` itself."""
+    model = corpus.local_model()
+    general = corpus.encode(model, json.loads(OFF_TOPIC.read_text())["questions"])
+    draw = np.random.default_rng(7)
+    header = f"{'entries':>7} {'least':>6} {'requests left with nothing':>27} {'general questions silent':>25}"
+    print(f"{header}  (at {least})")
+    for size in SCOPE_SIZES:
+        asked: list[float] = []
+        unasked: list[float] = []
+        for labelled in (LabelledSet.load(name) for name in SET_NAMES):
+            entries = [entry for store in labelled.stores for entry in store["entries"]]
+            vectors = corpus.encode(model, [entry["content"] for entry in entries])
+            requests = corpus.encode(model, [q["query"] for q in labelled.queries])
+            position = {entry["id"]: n for n, entry in enumerate(entries)}
+            for _ in range(SCOPE_DRAWS):
+                for request, item in zip(requests, labelled.queries, strict=True):
+                    own = [position[entry] for entry in item["relevant"]]
+                    others = np.setdiff1d(np.arange(len(entries)), own)
+                    drawn = draw.choice(others, size=max(0, min(len(others), size - len(own))), replace=False)
+                    asked.append(float((vectors[[*own, *drawn]] @ request).max()))
+                for question in general:
+                    drawn = draw.choice(len(entries), size=size, replace=False)
+                    unasked.append(float((vectors[drawn] @ question).max()))
+        scaled = min(least, LEAST_AT_ONE + LEAST_PER_TENFOLD * np.log10(size))
+        likest, general_likest = np.array(asked), np.array(unasked)
+        print(
+            f"{size:>7} {scaled:>6.3f} {np.mean(likest < scaled):>26.1%} {np.mean(general_likest < scaled):>24.1%}"
+            f"  ({np.mean(likest < least):.1%}, {np.mean(general_likest < least):.1%})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write the fit on all the data to {WEIGHTS_FILE.name}")
@@ -562,7 +608,11 @@ def main() -> None:
         type=Path,
         help="what the questions' candidates were, read from this file when it exists, else collected and saved there",
     )
+    parser.add_argument("--scopes", action="store_true", help="how least_for was read off our sets' scopes, and stop")
     args = parser.parse_args()
+    if args.scopes:
+        scopes(Weighing.load().least)
+        return
     if args.questions and args.questions.exists():
         questions = load(args.questions)
     else:

@@ -631,5 +631,10 @@ def test_the_silence_gate_weighs_the_question_s_unknown_names() -> None:
     assert least.reaches_least({"similarity": 0.05, "answers": 0.1})
     assert least.reaches_least({"similarity": 0.05, "words": 0.5}) and not least.reaches_least({"words": 0.4})
     assert gate.reaches_least({"similarity": -0.5}), "no least: -1"
+    # A scope of fewer entries asks less of its likest: 0.125 and 0.05 for each tenfold, at most `least`.
+    assert least.least_for(None) == 0.25 and least.least_for(100_000) == 0.25
+    assert least.least_for(10) == pytest.approx(0.175) and least.least_for(1) == pytest.approx(0.125)
+    assert least.reaches_least({"similarity": 0.2}, entries=10) and not least.reaches_least({"similarity": 0.2})
+    assert gate.least_for(3) == -1.0
     shipped = weighing.default_weighing()
     assert set(shipped.weights) == set(weighing.SIGNALS) and all(w >= 0 for w in shipped.weights.values())

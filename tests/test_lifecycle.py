@@ -583,7 +583,7 @@ def test_a_filtered_search_that_finds_too_few_through_the_vector_index_reads_exa
                 assert [r.memory.id for r in found] == [f"e{n}" for n in matching]
                 assert exact_reads == [False, True], "fewer than asked for: the exact read followed"
                 exact_reads.clear()
-                _, candidates, _, _ = await store.candidates(namespace, Scope(), query, 8, 40)
+                _, candidates, _, _, _ = await store.candidates(namespace, Scope(), query, 8, 40)
                 assert exact_reads == [False, True]
                 per_store = [n for n in matching if n < 200][:8] + [n for n in matching if n >= 200][:8]
                 assert {c.memory.id for c in candidates} == {f"e{n}" for n in per_store}

@@ -1018,9 +1018,10 @@ def test_a_question_about_nothing_in_scope_gets_nothing_however_well_its_candida
     client: Client, make_store
 ) -> None:
     """The gate's `least`: a general question asked of a team's decisions ("What's the boiling point of water at
-    sea level?") is a little like each of them (0.1 to 0.2), names nothing the scope does not know, and its
+    sea level?") is a little like some of them (up to 0.14), names nothing the scope does not know, and its
     candidates state specific things, which weighs them over the threshold: it gets nothing, because none is
-    as like it as `least`, and the report says so. A question about the decisions still gets them."""
+    as like it as `least` asks of a scope of five (`least_for`), and the report says so. A question about the
+    decisions still gets them."""
     store = make_store("decisions")
     prefix = unique("decision")
     decisions = [
@@ -1039,8 +1040,8 @@ def test_a_question_about_nothing_in_scope_gets_nothing_however_well_its_candida
     assert result.messages == [user(asked)], "the messages come back as sent"
     weighed = [c for c in result.report.candidates if c.inputs]
     assert len(weighed) == len(decisions)
-    likest = max(c.inputs["similarity"] for c in weighed)
-    assert likest < gate.least
+    likest, least = max(c.inputs["similarity"] for c in weighed), gate.least_for(len(decisions))
+    assert likest < least < gate.least
     # `least` decided it: without it, some of them would pass the threshold and the floor.
     passing = [
         c
@@ -1050,13 +1051,35 @@ def test_a_question_about_nothing_in_scope_gets_nothing_however_well_its_candida
     assert passing, "the candidates weigh over the threshold on their own"
     for candidate in passing:
         assert candidate.verdict == injection_pb2.CANDIDATE_VERDICT_NOT_RELEVANT
-        why = f"the question is about no entry: the likest's similarity {likest:.2f} is under {gate.least:.2f}"
+        why = f"the question is about no entry: the likest's similarity {likest:.2f} is under {least:.2f}"
         assert candidate.detail == why
     about = client.inject([user("Which database version do we standardise on?")], stores=[store])
     assert [entry.id for entry in about.report.entries][:1] == [f"{prefix}-3"], about.report.detail
     # A caller's own min_score replaces the gate, `least` and all.
     kept = client.inject([user(asked)], stores=[store], min_score=-1.0)
     assert len(kept.report.entries) == len(decisions)
+
+
+def test_a_small_scope_s_question_needs_less_likeness_to_be_about_something(client: Client, make_store) -> None:
+    """The likest of three entries a question is not about is less like it than the likest of hundreds, and so
+    is the one it is about: "Schedule a call with the team" is 0.25 like a user's dislike of long meetings, under
+    `least`, and among three preferences it is injected (`least_for` three entries is 0.15), while a general
+    question asked of the same three still gets nothing."""
+    store = make_store("habits")
+    prefix = unique("habit")
+    habits = [
+        "Dislikes meetings longer than half an hour and proposes 25-minute slots.",
+        "Drinks oat-milk flat whites; ordinary milk upsets their stomach.",
+        "Uses dark mode everywhere, screenshots included.",
+    ]
+    client.add_memories(store, [{"id": f"{prefix}-{n}", "content": text} for n, text in enumerate(habits)])
+    gate = default_weighing()
+    asked = client.inject([user("Schedule a call with the team")], stores=[store], explain=True)
+    assert [entry.id for entry in asked.report.entries][:1] == [f"{prefix}-0"], asked.report.detail
+    meetings = _candidate(asked, f"{prefix}-0")
+    assert gate.least_for(len(habits)) <= meetings.inputs["similarity"] < gate.least
+    general = client.inject([user("What's the boiling point of water at sea level?")], stores=[store], explain=True)
+    assert not general.report.injected and "the question is about no entry" in general.report.detail
 
 
 def test_a_term_in_capitals_is_no_name_the_scope_must_know_though_it_ends_in_s(client: Client, make_store) -> None:

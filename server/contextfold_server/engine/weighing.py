@@ -70,6 +70,12 @@ UNKNOWN_NAMES = "unknown_names"
 WEIGHTS_FILE = Path(__file__).with_name("weighing.json")
 # The share of the question's words (as `words` weighs them) that keeps an entry above the gate's floor.
 FLOOR_WORDS = 0.5
+# How `least` scales with the scope (`Weighing.least_for`): the likest of a few entries a question is not about is
+# less like it than the likest of hundreds. Read off our labelled sets' scopes cut to 3 to 500 entries (each request's
+# own entries kept, the rest drawn at random; bench/weighing.py --scopes): at each size, about the least that leaves
+# at most 2 % of the requests with nothing (0.15 at 3 to 10 entries, 0.2 at 50, 0.225 at 100, 0.25 at 500).
+LEAST_AT_ONE = 0.125
+LEAST_PER_TENFOLD = 0.05
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class Weighing:
     floor: float = -1.0
     # The similarity to the question one of its candidates must reach for any to be injected (-1: none need): a
     # question no candidate is this like is about nothing in its scope ("What is 17 times 23?" asked of a team's
-    # decisions), however well its candidates weigh on their own.
+    # decisions), however well its candidates weigh on their own. In a scope of fewer entries, less (`least_for`).
     least: float = -1.0
 
     @classmethod
@@ -137,10 +143,17 @@ class Weighing:
         the floor."""
         return unlike(signals, self.floor)
 
-    def reaches_least(self, signals: Mapping[str, float]) -> bool:
-        """Whether a candidate is like the question enough (`least`; `unlike`'s exceptions too) that the
-        question is about something in its scope."""
-        return not unlike(signals, self.least)
+    def least_for(self, entries: int | None) -> float:
+        """`least` for a scope of this many entries (None: not known, taken as large): `LEAST_AT_ONE` and
+        `LEAST_PER_TENFOLD` for each tenfold, at most `least`."""
+        if entries is None or self.least < 0:
+            return self.least
+        return min(self.least, LEAST_AT_ONE + LEAST_PER_TENFOLD * math.log10(max(entries, 1)))
+
+    def reaches_least(self, signals: Mapping[str, float], entries: int | None = None) -> bool:
+        """Whether a candidate is like the question enough (`least_for` a scope of `entries`; `unlike`'s
+        exceptions too) that the question is about something in its scope."""
+        return not unlike(signals, self.least_for(entries))
 
 
 def unlike(signals: Mapping[str, float], similarity: float) -> bool:

@@ -142,7 +142,7 @@ class MemorySearcher:
                 # The default reads the neighbours of the nearest and the word matches with them, the best of
                 # which it weighs (`_store_aware`).
                 seeds = ranking.NEIGHBOURS_OF * query.limit if strategy is Ranking.STORE_AWARE else 0
-                known, candidates, unknown_names, ahead = await self.store.candidates(
+                known, candidates, unknown_names, ahead, entries = await self.store.candidates(
                     namespace,
                     scope,
                     query,
@@ -167,7 +167,7 @@ class MemorySearcher:
             return found, query.vector, unsearchable
         ranking_started = time.perf_counter()
         found = await self._rank(
-            strategy, query, candidates, deadline, namespace, scope, question, unknown_names, ahead
+            strategy, query, candidates, deadline, namespace, scope, question, unknown_names, ahead, entries
         )
         durations["rank"] = time.perf_counter() - ranking_started
         found.durations, found.left_out = durations, left_out
@@ -184,11 +184,13 @@ class MemorySearcher:
         asked: Asked,
         unknown_names: float,
         ahead: Neighbours,
+        entries: int | None = None,
     ) -> Found:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`, none a near-copy of a better one, and when the query
         asks for the gate (and names no `min_score`), under the default ranking none that is not relevant
-        enough (`Weighing.relevant`; `unknown_names`: the share of `asked.names` the scope holds none of);
+        enough (`Weighing.relevant`; `unknown_names`: the share of `asked.names` the scope holds none of;
+        `entries`: how many the scope holds, which `Weighing.least_for` reads);
         with the strategy that ranked them and why it is not the one asked for. A reranker that fails
         leaves the store-aware order. Explaining, what each signal added to each candidate's score
         (`Found.considered`)."""
@@ -204,7 +206,7 @@ class MemorySearcher:
         scores: dict[str, float] = {}
         gate_scores: dict[str, float] = {}
         under_floor: set[str] = set()
-        likest: float | None = None
+        likest: tuple[float, float] | None = None
         if strategy is Ranking.HYBRID:
             order = ranking.hybrid(nearest, words, len({c.id for c in candidates}))
             if query.explain:
@@ -222,6 +224,7 @@ class MemorySearcher:
                 inputs,
                 ahead,
                 list(parts.values()),
+                entries,
             )
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
         gate = self.weighing if gated else None
@@ -270,7 +273,8 @@ class MemorySearcher:
         inputs: dict[str, dict[str, float]],
         ahead: Neighbours,
         parts: Sequence[list[Candidate]] = (),
-    ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str], float | None]:
+        entries: int | None = None,
+    ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str], tuple[float, float] | None]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
         crowd and its share of the query's words (`ranking`), then, once the best ones' neighbours
         are read, a better neighbour and a better entry in its session (each measured by the
@@ -284,8 +288,8 @@ class MemorySearcher:
         order is a weaker kinship than a session, and where no author is known it means nothing (a
         store filled by an import has no neighbours read). Best first, with the scores, the silence
         gate's scores (`Weighing.gate_score`), the entries under its floor (`Weighing.under_floor`), and, when
-        no candidate is as like the question as the gate's `least` (`Weighing.reaches_least`), the likest one's
-        similarity (else None).
+        no candidate is as like the question as the gate's `least` for a scope of `entries`
+        (`Weighing.reaches_least`), the likest one's similarity and that least (else None).
         Explaining, what each signal added goes in `signals` and their values in `inputs`, by id.
 
         A question asking several things (`parts`: each part's nearest) is answered part by part: an
@@ -318,7 +322,7 @@ class MemorySearcher:
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
         weigh = functools.partial(
             _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain,
-            unknown_names, signals, inputs,
+            unknown_names, signals, inputs, entries,
         )  # fmt: skip
         scores, gate_scores, under_floor, likest = await self._off_the_loop(
             namespace, _read(found.values()) <= READ_ON_THE_LOOP, weigh
@@ -408,11 +412,12 @@ def _weigh(
     unknown_names: float,
     signals: dict[str, dict[str, float]],
     inputs: dict[str, dict[str, float]],
-) -> tuple[dict[str, float], dict[str, float], set[str], float | None]:
+    entries: int | None = None,
+) -> tuple[dict[str, float], dict[str, float], set[str], tuple[float, float] | None]:
     """Each of `found` weighed by its signals (`MemorySearcher._store_aware`): its score, its gate score, and
-    whether it is under the gate's floor; and, when none is as like the question as the gate's `least`
-    (`Weighing.reaches_least`), the likest one's similarity (else None). Explaining, what each signal added goes
-    in `signals`, their values in `inputs`, by id."""
+    whether it is under the gate's floor; and, when none is as like the question as the gate's `least` for a
+    scope of `entries` (`Weighing.reaches_least`), the likest one's similarity and that least (else None).
+    Explaining, what each signal added goes in `signals`, their values in `inputs`, by id."""
     scores: dict[str, float] = {}
     gate_scores: dict[str, float] = {}
     under_floor: set[str] = set()
@@ -447,12 +452,13 @@ def _weigh(
         gate_scores[entry] = weighing.gate_score(values)
         if weighing.under_floor(values):
             under_floor.add(entry)
-        reached = reached or weighing.reaches_least(values)
+        reached = reached or weighing.reaches_least(values, entries)
         if explain:
             signals[entry] = weighing.contributions(values) | {"intercept": weighing.intercept}
             inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
-    likest = None if reached or not found else max(candidate.score for candidate in found.values())
-    return scores, gate_scores, under_floor, likest
+    if reached or not found:
+        return scores, gate_scores, under_floor, None
+    return scores, gate_scores, under_floor, (max(c.score for c in found.values()), weighing.least_for(entries))
 
 
 def _session(candidate: Candidate) -> tuple[str, str] | None:
@@ -540,7 +546,7 @@ def _left_out_of(
     order: Sequence[Candidate],
     gate_scores: Mapping[str, float],
     under_floor: Set[str],
-    likest: float | None,
+    likest: tuple[float, float] | None,
     limit: int,
     gate: Weighing | None,
     unknown_names: float,
@@ -548,9 +554,9 @@ def _left_out_of(
 ) -> dict[str, tuple[Verdict, str]]:
     """The candidates of `order` (best first) the ranking leaves out, each with its verdict and why:
     with `gate`, those not relevant enough by their `gate_scores`, or `under_floor`, or all of them when
-    no candidate is as like the question as the gate's `least` (`likest`: the likest one's similarity,
-    None when one is), every one, to say why; among the best `limit` kept, a near-copy of a better one
-    (`weighing.near_copy`)."""
+    no candidate is as like the question as the gate's `least` (`likest`: the likest one's similarity and
+    that least, None when one is), every one, to say why; among the best `limit` kept, a near-copy of a
+    better one (`weighing.near_copy`)."""
     left_out: dict[str, tuple[Verdict, str]] = {}
     kept: list[Candidate] = []
     copies = NearCopies()
@@ -561,7 +567,7 @@ def _left_out_of(
             why = _not_relevant(gate, score, candidate.score if floored else None, unknown_names, asked)
             left_out[candidate.id] = (Verdict.NOT_RELEVANT, why)
         elif gate is not None and likest is not None:
-            why = f"the question is about no entry: the likest's similarity {likest:.2f} is under {gate.least:.2f}"
+            why = f"the question is about no entry: the likest's similarity {likest[0]:.2f} is under {likest[1]:.2f}"
             left_out[candidate.id] = (Verdict.NOT_RELEVANT, why)
         elif len(kept) < limit:
             copied = copies.copy_of(content_words(candidate.content))

@@ -253,7 +253,7 @@ class PostgresMemoryStore:
         names: Sequence[str] = (),
         parts: Sequence[Sequence[float]] = (),
         seeds: int = 0,
-    ) -> tuple[dict[str, int], list[Candidate], float, Neighbours]:
+    ) -> tuple[dict[str, int], list[Candidate], float, Neighbours, int | None]:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
         where it matters (`nearest_per_store`, with a first pass of `pool` across them; each store's
@@ -264,7 +264,8 @@ class PostgresMemoryStore:
         not applied: a store's crowd counts every entry. With `parts` (the vectors of a question's parts,
         `Asked.parts`), each part's nearest as well, read as the question's are (`Candidate.part`). With
         `seeds`, the neighbours (as `neighbours` reads them) of the `seeds` nearest and of every word
-        match, read ahead in the same statements (`Neighbours`)."""
+        match, read ahead in the same statements (`Neighbours`). Last, how many entries the scope holds,
+        up to `NAMES_SAMPLE` (read with `word_matches`' words; None without them)."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -293,6 +294,7 @@ class PostgresMemoryStore:
         if matched and ahead:
             matched[0] = self._read_ahead(matched[0], neighbours)
         unknown = unknown_share(matched[0]) if names and matched else 0.0
+        entries = int(once(matched[0], "sampled")) if matched and words == "word_matches" else None
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
         if filtered and sum(1 for row in rows if row["id"] is not None) < per_store * searched:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
@@ -308,7 +310,7 @@ class PostgresMemoryStore:
         for row in matched[0] if matched else ():
             if row["id"] is not None:
                 found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
-        return known_stores(rows), found, unknown, neighbours
+        return known_stores(rows), found, unknown, neighbours, entries
 
     def _read_ahead(self, rows: list[dict[str, Any]], neighbours: Neighbours) -> list[dict[str, Any]]:
         """A statement's rows but the neighbours it read ahead (`beside`), which go to `neighbours` with the
