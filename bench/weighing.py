@@ -574,13 +574,17 @@ def scopes(least: float) -> None:
     draw = np.random.default_rng(7)
     header = f"{'entries':>7} {'least':>6} {'requests left with nothing':>27} {'general questions silent':>25}"
     print(f"{header}  (at {least})")
+    # Each set's entries and requests, embedded once for every size.
+    embedded = []
+    for labelled in (LabelledSet.load(name) for name in SET_NAMES):
+        entries = [entry for store in labelled.stores for entry in store["entries"]]
+        vectors = corpus.encode(model, [entry["content"] for entry in entries])
+        requests = corpus.encode(model, [q["query"] for q in labelled.queries])
+        embedded.append((labelled, entries, vectors, requests))
     for size in SCOPE_SIZES:
         asked: list[float] = []
         unasked: list[float] = []
-        for labelled in (LabelledSet.load(name) for name in SET_NAMES):
-            entries = [entry for store in labelled.stores for entry in store["entries"]]
-            vectors = corpus.encode(model, [entry["content"] for entry in entries])
-            requests = corpus.encode(model, [q["query"] for q in labelled.queries])
+        for labelled, entries, vectors, requests in embedded:
             position = {entry["id"]: n for n, entry in enumerate(entries)}
             for _ in range(SCOPE_DRAWS):
                 for request, item in zip(requests, labelled.queries, strict=True):
