@@ -34,8 +34,9 @@ from contextfold_server.engine.weighing import (
     specific,
     states,
 )
-from contextfold_server.memory.records import Scope
+from contextfold_server.memory.records import Candidate, MemoryRecord, Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
+from contextfold_server.memory.search import READINGS_KEPT, Readings
 from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
 from contextfold_server.postgres.migrations import latest_version, migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
@@ -655,6 +656,40 @@ def test_how_specifically_an_entry_says_which_one() -> None:
     many = "It's by Patrick Rothfuss, and Maria's copy from Lisbon is signed in 3 places, in 2019 and 2020."
     assert specific(many, frozenset()) == 1.0, "counted up to SPECIFIC_MOST"
     assert specific("", frozenset()) == 0.0
+
+
+def test_an_entry_changed_is_weighed_by_its_new_text(client: Client, make_store) -> None:
+    """What the weighing reads of an entry's text is kept from one search to the next (`Readings`), by the entry's
+    version: once updated, an entry that now names which one weighs as specific at the next question."""
+    store = make_store("books")
+    entry = unique("book")
+    client.add_memories(store, [{"id": entry, "content": "John: I'm reading a great book. I highly recommend it!"}])
+
+    def specificity() -> float:
+        result = client.inject([user("Which book is John reading?")], stores=[store], explain=True, min_score=-1.0)
+        (weighed,) = [c for c in result.report.candidates if c.id == entry]
+        return weighed.inputs["specific"]
+
+    assert specificity() == 0.0
+    assert specificity() == 0.0, "read again from what was kept"
+    client.update_memory(entry, content='John: I\'m reading "Dune" by Frank Herbert. I highly recommend it!')
+    # The title in quotes, and each of its and the author's capitalised words; not the speaker's own name.
+    assert specificity() == pytest.approx(4 / SPECIFIC_MOST)
+
+
+def test_the_readings_kept_are_bounded_and_each_tenant_s_own() -> None:
+    readings = Readings()
+
+    def candidate(memory_id: str, content: str) -> Candidate:
+        return Candidate(MemoryRecord(memory_id, "notes", content, {}, Scope(), datetime.now(UTC), seq=1), 0.5)
+
+    for n in range(READINGS_KEPT + 10):
+        readings.of("tenant-a", candidate(f"note-{n}", "A note."))
+        assert len(readings.kept) <= READINGS_KEPT
+    # The same id in two tenants is two entries: each is weighed by its own text.
+    titled = readings.of("tenant-a", candidate("shared-id", 'Reading "Dune" now.'))
+    plain = readings.of("tenant-b", candidate("shared-id", "Reading a book now."))
+    assert (titled.marks, plain.marks) == (1, 0)
 
 
 def test_the_session_neighbours_come_in_the_candidates_own_round_trip(

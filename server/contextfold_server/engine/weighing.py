@@ -445,18 +445,19 @@ def question_words(text: str) -> frozenset[str]:
 def speaker_named(content: str, words: frozenset[str]) -> float:
     """1 when the entry is a turn written `Speaker: …` whose speaker (any word of the name) the
     question names, else 0: "What did Melanie read?" asks about Melanie's turns."""
-    found = _SPEAKER.match(content)
-    if not found:
-        return 0.0
-    return 1.0 if any(part.lower() in words for part in found[1].split()) else 0.0
+    return Reading.of(content).speaker_named(words)
 
 
 def speakers(contents: Iterable[str]) -> frozenset[str]:
     """The words of the speakers' names of the turns among `contents` (`Speaker: …`), lower-cased: the
     people of a conversation, whose names say nothing about which of its turns answers."""
-    return frozenset(
-        part.lower() for content in contents if (found := _SPEAKER.match(content)) for part in found[1].split()
-    )
+    return frozenset(part for content in contents for part in _speaker(content))
+
+
+def _speaker(content: str) -> tuple[str, ...]:
+    """The words of the name of the speaker of a turn written `Speaker: …`, lower-cased; () for none."""
+    found = _SPEAKER.match(content)
+    return tuple(part.lower() for part in found[1].split()) if found else ()
 
 
 # Titles in quotes: "Dune", “The Alchemist”.
@@ -477,20 +478,48 @@ def specific(content: str, people: frozenset[str]) -> float:
     (a name, a title, a place; not `I`, nor one of `people`, the conversation's speakers, `speakers`) and
     titles in quotes, up to `SPECIFIC_MOST`, as a share of that. Asked which books someone read, "I'm
     reading \"Dune\" by Frank Herbert" answers; "I'm reading a great book" only says there was one."""
-    found = _SPEAKER.match(content)
-    start = found.end() if found else 0
-    body = content[start : start + ENTRY_READ]
-    count = len(_QUOTED.findall(body)) if '"' in body or "\u201c" in body else 0
-    for word in _MAY_NAME.finditer(body):
-        if count >= SPECIFIC_MOST:
-            break
-        text = word.group()
-        if text[0].isdigit():
-            count += 1
-        elif text[0].isupper() and not _begins_sentence(body, word.start()):
-            bare = _POSSESSIVE.sub("", text).lower()
-            count += bare not in _NOT_NAMES and bare not in people
-    return min(count, SPECIFIC_MOST) / SPECIFIC_MOST
+    return Reading.of(content).specific(people)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the weighing reads in an entry's text whatever it is asked, read once for an entry weighed often
+    (the search keeps them by entry and version): the share of its sentences that state (`states`), the words of
+    its speaker's name (`Speaker: …`, lower-cased), and what may say which one: its numbers and titles in quotes
+    (`marks`), and its capitalised words that do not begin a sentence, each with how often it appears (`names`:
+    possessives dropped, lower-cased, not `I` nor a greeting), which count unless they are one of the
+    conversation's speakers (`specific`)."""
+
+    states: float
+    speaker: tuple[str, ...]
+    marks: int
+    names: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, content: str) -> Reading:
+        found = _SPEAKER.match(content)
+        start = found.end() if found else 0
+        body = content[start : start + ENTRY_READ]
+        marks = len(_QUOTED.findall(body)) if '"' in body or "\u201c" in body else 0
+        names: dict[str, int] = {}
+        for word in _MAY_NAME.finditer(body):
+            text = word.group()
+            if text[0].isdigit():
+                marks += 1
+            elif text[0].isupper() and not _begins_sentence(body, word.start()):
+                bare = _POSSESSIVE.sub("", text).lower()
+                if bare not in _NOT_NAMES:
+                    names[bare] = names.get(bare, 0) + 1
+        return cls(states(content), _speaker(content), marks, tuple(names.items()))
+
+    def specific(self, people: frozenset[str]) -> float:
+        """`specific`: the marks and the names none of `people` holds, up to `SPECIFIC_MOST`, as a share of it."""
+        count = self.marks + sum(times for name, times in self.names if name not in people)
+        return min(count, SPECIFIC_MOST) / SPECIFIC_MOST
+
+    def speaker_named(self, words: frozenset[str]) -> float:
+        """`speaker_named`: 1 when the question's `words` name its speaker."""
+        return 1.0 if any(part in words for part in self.speaker) else 0.0
 
 
 def _begins_sentence(text: str, start: int) -> bool:

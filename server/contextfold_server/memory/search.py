@@ -26,15 +26,12 @@ from ..engine.weighing import (
     UNKNOWN_NAMES,
     Asked,
     NearCopies,
+    Reading,
     Weighing,
     content_words,
     default_weighing,
     entry_date,
     on_a_date,
-    speaker_named,
-    speakers,
-    specific,
-    states,
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
@@ -64,6 +61,8 @@ class MemorySearcher:
     weighing: Weighing = field(default_factory=default_weighing)
     # Told each reranker call's outcome: `ok`, or why it failed (`RerankFailed.kind`).
     observe_rerank: Callable[[str], None] = field(default=lambda outcome: None)
+    # What the weighing reads in each entry's text, kept from one search to the next (`Readings`).
+    readings: Readings = field(default_factory=lambda: Readings())
 
     async def search(
         self,
@@ -322,7 +321,7 @@ class MemorySearcher:
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
         weigh = functools.partial(
             _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain,
-            unknown_names, signals, inputs, entries,
+            unknown_names, signals, inputs, entries, functools.partial(self.readings.of, namespace),
         )  # fmt: skip
         scores, gate_scores, under_floor, likest = await self._off_the_loop(
             namespace, _read(found.values()) <= READ_ON_THE_LOOP, weigh
@@ -393,6 +392,33 @@ QUESTION_ON_THE_LOOP = 1000
 READ_ON_THE_LOOP = 100_000
 
 
+# The most entries' readings a searcher (one per worker) keeps. A reading holds a few numbers and the distinct
+# capitalised words of the first `ENTRY_READ` characters (about a hundred bytes for a conversation's turn, a few
+# kilobytes at most), so the cache stays within megabytes; full, it is emptied and fills again.
+READINGS_KEPT = 4096
+
+
+@dataclass
+class Readings:
+    """Each entry's `Reading`, kept by its tenant, id, row (`seq`) and version, so that an entry weighed again (a
+    conversation's turns come back question after question) is not read again: an update or a delete and add
+    gives it a new key, and one tenant's entries are never another's. Reading a turn takes tens of microseconds,
+    a candidate of fifty: a millisecond of a search's weighing, a fourth of it, for a question whose candidates
+    are all read again. Safe from the loop and the worker's thread at once (a race reads an entry twice)."""
+
+    kept: dict[tuple[str, str, int, int], Reading] = field(default_factory=dict)
+
+    def of(self, namespace: str, candidate: Candidate) -> Reading:
+        memory = candidate.memory
+        key = (namespace, memory.id, memory.seq, memory.version)
+        reading = self.kept.get(key)
+        if reading is None:
+            if len(self.kept) >= READINGS_KEPT:
+                self.kept.clear()
+            reading = self.kept[key] = Reading.of(memory.content)
+        return reading
+
+
 def _read(candidates: Iterable[Candidate]) -> int:
     """The characters the ranking reads of `candidates` (of each, up to `ENTRY_READ`)."""
     return sum(min(len(c.content), ENTRY_READ) for c in candidates)
@@ -413,17 +439,20 @@ def _weigh(
     signals: dict[str, dict[str, float]],
     inputs: dict[str, dict[str, float]],
     entries: int | None = None,
+    read: Callable[[Candidate], Reading] = lambda candidate: Reading.of(candidate.memory.content),
 ) -> tuple[dict[str, float], dict[str, float], set[str], tuple[float, float] | None]:
     """Each of `found` weighed by its signals (`MemorySearcher._store_aware`): its score, its gate score, and
     whether it is under the gate's floor; and, when none is as like the question as the gate's `least` for a
     scope of `entries` (`Weighing.reaches_least`), the likest one's similarity and that least (else None).
-    Explaining, what each signal added goes in `signals`, their values in `inputs`, by id."""
+    Explaining, what each signal added goes in `signals`, their values in `inputs`, by id. Each entry's text is
+    read by `read` (`Readings.of`, which keeps what it read)."""
     scores: dict[str, float] = {}
     gate_scores: dict[str, float] = {}
     under_floor: set[str] = set()
     reached = False
-    stating = {entry: states(candidate.memory.content) for entry, candidate in found.items()}
-    people = speakers(candidate.memory.content for candidate in found.values())
+    readings = {entry: read(candidate) for entry, candidate in found.items()}
+    stating = {entry: reading.states for entry, reading in readings.items()}
+    people = frozenset(part for reading in readings.values() for part in reading.speaker)
     for entry, candidate in found.items():
         own = worded[entry]
         before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
@@ -439,14 +468,14 @@ def _weigh(
             "neighbour": neighbouring if in_session else 0.0,
             "behind_best": candidate.score - top,
             "date": on_a_date(asked.dates, entry_date(candidate.memory.metadata, candidate.memory.create_time)),
-            "speaker": speaker_named(candidate.memory.content, asked.words),
+            "speaker": readings[entry].speaker_named(asked.words),
             "session": sessions.get(entry, own) - own,
             "standing": own,
             "states": stating[entry],
             "answers": answering if in_session else 0.0,
             "written_neighbour": 0.0 if in_session else neighbouring,
             "written_answers": 0.0 if in_session else answering,
-            "specific": specific(candidate.memory.content, people),
+            "specific": readings[entry].specific(people),
         }
         scores[entry] = weighing.score(values)
         gate_scores[entry] = weighing.gate_score(values)
