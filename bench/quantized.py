@@ -3,13 +3,15 @@
 The int8 graph is ONNX Runtime's own dynamic quantization (`quantize_dynamic`, int8 weights, the
 MatMuls quantized, activations scaled per call) of the graph the server builds (`minilm_graph.py`),
 put where a server looks for its model (`--model-dir`, under the export's own name), so a server
-started on that folder embeds with it and nothing else changes. Printed, in one run:
+started on that folder embeds with it and nothing else changes. Two graphs: the weights scaled per
+tensor, and per channel (each output column of a weight its own scale: closer vectors, as fast).
+Printed, in one run:
 
-- the embedding of one question, p50, and of a batch of 32 turns, each model in turns with the other;
-- how far the int8 vectors are from the float ones (cosine of each text's two vectors);
-- with `--recall`: bench/locomo.py and bench/retrieval.py run once on each model (a server of their
-  own each), recall@5 of the default and of similarity side by side, cross-validated where they
-  print it (about 25 minutes).
+- the embedding of one question, p50, and of a batch of 32 turns, each model in turns with the others;
+- how far each int8 model's vectors are from the float ones (cosine of each text's two vectors);
+- with `--recall`: bench/locomo.py and bench/retrieval.py run once on the float model and once on one
+  int8 model (per channel; per tensor with `--per-tensor`), a server of their own each, recall@5 of
+  the default and of similarity side by side, cross-validated where they print it (about 30 minutes).
 
 The rule for adopting it (issue 43): recall on every set within 0.01 of the float model's.
 
@@ -35,6 +37,7 @@ from contextfold_server.embedding.local import LocalEmbedder, exported_model
 
 from bench import RESULTS, locomo
 from bench.corpus import CACHE
+from bench.retrieval import SET_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = 200
@@ -42,13 +45,16 @@ BATCH = 32
 WANTED = 0.01  # the recall the int8 model may lose, on every set
 
 
-def quantized(model: Path, folder: Path) -> Path:
-    """The int8 graph of `model`, under the export's own name in `folder` (where a server looks for it)."""
+def quantized(model: Path, folder: Path, per_channel: bool) -> Path:
+    """The int8 graph of `model` (its weights scaled `per_channel` or per tensor), under the export's own name in
+    `folder` (where a server looks for it)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / model.name
-    quantize_dynamic(str(model), str(target), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+    quantize_dynamic(
+        str(model), str(target), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"], per_channel=per_channel
+    )
     return target
 
 
@@ -129,10 +135,12 @@ def _figures(module: str, printed: str, rows: object) -> dict[str, float]:
     assert isinstance(rows, dict)
     quality = rows["quality"]
     found = {
-        f"own sets {ranking}": (per_set["assistant"]["recall@5"] + per_set["engineering"]["recall@5"]) / 2
+        f"own sets {ranking}": statistics.mean(per_set[name]["recall@5"] for name in SET_NAMES)
         for ranking, per_set in quality.items()
         if ranking in ("similarity", "store_aware")
     }
+    for name in SET_NAMES:
+        found[f"own set {name}, similarity"] = quality["similarity"][name]["recall@5"]
     if crossed:
         found["own sets default cross-validated"] = float(crossed[1])
     return found
@@ -141,37 +149,40 @@ def _figures(module: str, printed: str, rows: object) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recall", action="store_true", help="run bench/locomo.py and bench/retrieval.py on each")
+    parser.add_argument("--per-tensor", action="store_true", help="measure the recall of the graph scaled per tensor")
     parser.add_argument("--json", type=Path, default=RESULTS / "quantized.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         float_path = exported_model(CACHE / "models")
-        int8_path = quantized(float_path, folder / "int8")
-        models = {"float": LocalEmbedder(float_path), "int8": LocalEmbedder(int8_path)}
+        graphs = {"int8 per tensor": False, "int8 per channel": True}
+        paths = {
+            name: quantized(float_path, folder / name.replace(" ", "-"), channel) for name, channel in graphs.items()
+        }
+        models = {"float": LocalEmbedder(float_path)} | {name: LocalEmbedder(path) for name, path in paths.items()}
         questions, turns = texts()
         timed = speed(models, questions, turns)
-        near = closeness(models["float"], models["int8"], questions + turns)
-        print(
-            f"model file: float {float_path.stat().st_size / 1e6:.0f} MB, int8 {int8_path.stat().st_size / 1e6:.0f} MB"
-        )
+        results: dict[str, object] = {"speed": timed, "cosine": {}}
+        print(f"model file: float {float_path.stat().st_size / 1e6:.0f} MB")
         for name, row in timed.items():
+            one, batch = row["question_p50_ms"], row["batch_p50_ms"]
+            print(f"{name:16} one question p50 {one:.2f} ms, {BATCH} turns p50 {batch:.1f} ms")
+        for name, path in paths.items():
+            near = closeness(models["float"], models[name], questions + turns)
+            results["cosine"][name] = near  # type: ignore[index]
+            ratio = timed[name]["question_p50_ms"] / timed["float"]["question_p50_ms"]
             print(
-                f"{name:6} one question p50 {row['question_p50_ms']:.2f} ms,"
-                f" {BATCH} turns p50 {row['batch_p50_ms']:.1f} ms"
+                f"{name} / float: one question {ratio:.2f}x, file {path.stat().st_size / 1e6:.0f} MB; cosine of a"
+                f" text's two vectors: least {near['least']:.4f}, mean {near['mean']:.4f}"
             )
-        ratio = timed["int8"]["question_p50_ms"] / timed["float"]["question_p50_ms"]
-        print(
-            f"int8 / float, one question: {ratio:.2f}x; cosine of the two vectors: least {near['least']:.4f},"
-            f" mean {near['mean']:.4f}"
-        )
-        results: dict[str, object] = {"speed": timed, "cosine": near}
         if args.recall:
-            side = {"float": recall(None, folder, "float"), "int8": recall(folder / "int8", folder, "int8")}
-            print(f"\n{'recall@5':52} {'float':>7} {'int8':>7} {'change':>7}")
+            chosen = "int8 per tensor" if args.per_tensor else "int8 per channel"
+            side = {"float": recall(None, folder, "float"), chosen: recall(paths[chosen].parent, folder, "int8")}
+            print(f"\n{'recall@5':52} {'float':>7} {'int8':>7} {'change':>7}   ({chosen})")
             for figure in side["float"]:
-                a, b = side["float"][figure], side["int8"].get(figure, float("nan"))
+                a, b = side["float"][figure], side[chosen].get(figure, float("nan"))
                 print(f"{figure:52} {a:>7.3f} {b:>7.3f} {b - a:>+7.3f}")
-            worst = min(side["int8"][f] - side["float"][f] for f in side["float"] if f in side["int8"])
+            worst = min(side[chosen][f] - side["float"][f] for f in side["float"] if f in side[chosen])
             verdict = "holds: adopt" if worst >= -WANTED else "does not hold: keep the float model"
             print(f"rule: recall within {WANTED} on every set; the largest loss {-worst:.3f}, {verdict}")
             results["recall"] = side
