@@ -109,7 +109,12 @@ def test_the_sandbox_time_limit_is_the_operators_to_set(remote_embedding_server:
     with Client(remote_embedding_server.address) as cf:
         cf.create_store("notes")
         cf.add_memories("notes", ["the garage door code is blue"])
-        result = cf.inject(conversation, query_expression=slow, app_state={"s": "x" * 5000})
+        for _ in range(5):
+            result = cf.inject(conversation, query_expression=slow, app_state={"s": "x" * 5000})
+            # Given less than half its CPU in its time (other processes on a busy machine), the sandbox gives no
+            # verdict on the expression (`SandboxFailed`): asked again, it gets its time.
+            if not result.report.detail.endswith("the machine is busy"):
+                break
         after = cf.inject([user("what is the garage door code")], query_expression="latest_user_text")
 
     assert result.messages == conversation
