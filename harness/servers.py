@@ -265,13 +265,13 @@ class Postgres:
         self._server.ended()
 
     def promote(self) -> None:
-        """Promote this standby to a primary as an operator would: `pg_ctl promote`, waiting until it
-        takes writes."""
-        user = self._server.system_user
-        subprocess.run(
-            [str(postgres_binary("pg_ctl")), "promote", "-w", "-t", "60", "-D", str(self._server.data_dir)],
-            check=True, capture_output=True, timeout=90, user=user,
-        )  # fmt: skip
+        """Promote this standby to a primary as an operator would, waiting until it takes writes: `pg_promote()`,
+        what `pg_ctl promote` asks the server for. Asked over a connection, not by running `pg_ctl` as the
+        server's user: a process forked from a test's, whose gRPC threads are running, once died before it
+        could run (SIGSEGV)."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_promote(true, 60)").fetchone()
+        assert row is not None and row[0], "the standby did not take writes within 60 s of its promotion"
 
     @property
     def socket_dir(self) -> Path:

@@ -2,7 +2,7 @@
 tests build them) with synchronous replication, a server whose URL names both hosts
 (`target_session_attrs` is the server's: read-write), and 8 callers mixing adds with ids, `Inject`
 and searches while the primary is killed (SIGKILL, every process of it) or stopped cleanly, and the
-standby promoted as an operator would (`pg_ctl promote`).
+standby promoted as an operator would (`pg_promote()`, as `pg_ctl promote` asks).
 
 What must hold: every add that was acknowledged is on the new primary afterwards; no call answers
 INTERNAL (or anything but OK and UNAVAILABLE, the retryable answer docs/deploy.md promises for the
