@@ -43,8 +43,6 @@ from contextfold import Client
 from contextfold_server.engine.weighing import (
     FITTED_SIGNALS,
     GATE_SIGNALS,
-    LEAST_AT_ONE,
-    LEAST_PER_TENFOLD,
     SIGNALS,
     UNKNOWN_NAMES,
     WEIGHTS_FILE,
@@ -563,12 +561,13 @@ SCOPE_SIZES = (3, 5, 10, 20, 50, 100, 200, 500)
 SCOPE_DRAWS = 10
 
 
-def scopes(least: float) -> None:
+def scopes(chosen: Weighing) -> None:
     """How `Weighing.least_for` was read off (engine/weighing.py, `LEAST_AT_ONE`): our sets' scopes cut to each of
     `SCOPE_SIZES` entries, each request's own entries kept and the rest drawn at random, and the general questions
     asked of as many drawn at random; by the model's similarities alone, the share of requests none of whose
     scope is as like them as a least (they would get nothing), and the share of general questions silenced, at
-    the least for that size and at `least` itself."""
+    `chosen`'s least for that size (`least_for`) and at its `least` itself."""
+    least = chosen.least
     model = corpus.local_model()
     general = corpus.encode(model, json.loads(OFF_TOPIC.read_text())["questions"])
     draw = np.random.default_rng(7)
@@ -595,7 +594,7 @@ def scopes(least: float) -> None:
                 for question in general:
                     drawn = draw.choice(len(entries), size=size, replace=False)
                     unasked.append(float((vectors[drawn] @ question).max()))
-        scaled = min(least, LEAST_AT_ONE + LEAST_PER_TENFOLD * np.log10(size))
+        scaled = chosen.least_for(size)
         likest, general_likest = np.array(asked), np.array(unasked)
         print(
             f"{size:>7} {scaled:>6.3f} {np.mean(likest < scaled):>26.1%} {np.mean(general_likest < scaled):>24.1%}"
@@ -615,7 +614,7 @@ def main() -> None:
     parser.add_argument("--scopes", action="store_true", help="how least_for was read off our sets' scopes, and stop")
     args = parser.parse_args()
     if args.scopes:
-        scopes(Weighing.load().least)
+        scopes(Weighing.load())
         return
     if args.questions and args.questions.exists():
         questions = load(args.questions)

@@ -183,7 +183,7 @@ class MemorySearcher:
         asked: Asked,
         unknown_names: float,
         ahead: Neighbours,
-        entries: int | None = None,
+        entries: int | None,
     ) -> Found:
         """`candidates` (each store's nearest, and the lexical matches) ranked by `strategy`: the best
         `query.limit`, none below `query.min_score`, none a near-copy of a better one, and when the query
@@ -271,8 +271,8 @@ class MemorySearcher:
         signals: dict[str, dict[str, float]],
         inputs: dict[str, dict[str, float]],
         ahead: Neighbours,
-        parts: Sequence[list[Candidate]] = (),
-        entries: int | None = None,
+        parts: Sequence[list[Candidate]],
+        entries: int | None,
     ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str], tuple[float, float] | None]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
         crowd and its share of the query's words (`ranking`), then, once the best ones' neighbours
@@ -451,14 +451,13 @@ def _weigh(
     under_floor: set[str] = set()
     reached = False
     readings = {entry: read(candidate) for entry, candidate in found.items()}
-    stating = {entry: reading.states for entry, reading in readings.items()}
     people = frozenset(part for reading in readings.values() for part in reading.speaker)
     for entry, candidate in found.items():
         own = worded[entry]
         before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
         neighbouring = max([0.0, *(worded[n] - own for n in beside.get(entry, ()) if n in worded)])
         # The reply to a question nearer to the query than itself: "What are their names?" "Luna and Oliver!"
-        answering = max([0.0, *((worded[n] - own) * (1.0 - stating[n]) for n in before)])
+        answering = max([0.0, *((worded[n] - own) * (1.0 - readings[n].states) for n in before)])
         # Beside it in its session, or (in none) in the order its author wrote: two signals each, fitted apart.
         in_session = bool(candidate.memory.scope.session_id)
         values = {
@@ -471,7 +470,7 @@ def _weigh(
             "speaker": readings[entry].speaker_named(asked.words),
             "session": sessions.get(entry, own) - own,
             "standing": own,
-            "states": stating[entry],
+            "states": readings[entry].states,
             "answers": answering if in_session else 0.0,
             "written_neighbour": 0.0 if in_session else neighbouring,
             "written_answers": 0.0 if in_session else answering,
@@ -487,7 +486,7 @@ def _weigh(
             inputs[entry] = values | {UNKNOWN_NAMES: unknown_names}
     if reached or not found:
         return scores, gate_scores, under_floor, None
-    return scores, gate_scores, under_floor, (max(c.score for c in found.values()), weighing.least_for(entries))
+    return scores, gate_scores, under_floor, (top, weighing.least_for(entries))
 
 
 def _session(candidate: Candidate) -> tuple[str, str] | None:
