@@ -259,3 +259,42 @@ def test_a_read_acts_for_its_namespace_in_one_transaction_and_the_connection_for
             await database.close()
 
     asyncio.run(check())
+
+
+def test_reads_go_side_by_side_only_on_a_connection_nobody_else_needs(postgres: Postgres) -> None:
+    """A search's reads asked `apart` run on two connections at once, each transaction acting for the
+    namespace, while a second connection is spare; on one, as one transaction, once the pool is more than
+    half taken or the tenant holds its share; and a read that fails gives both connections back."""
+    from contextfold_server.postgres.pool import Database, PoolLimits, Read
+
+    who = Read("SELECT pg_backend_pid() AS pid, current_setting('contextfold.namespace', true) AS namespace", ())
+
+    async def backends(database: Database, namespace: str = "tenant-a") -> set[int]:
+        first, rest = await database.read_all(namespace, [who, who], apart=True)
+        assert first[0]["namespace"] == rest[0]["namespace"] == namespace
+        return {first[0]["pid"], rest[0]["pid"]}
+
+    async def check() -> None:
+        await migrate(postgres.url)
+        database = await Database.open(postgres.url, min_size=4, max_size=4)
+        shared = await Database.open(postgres.url, min_size=4, max_size=8, limits=PoolLimits(per_tenant=1))
+        try:
+            assert len(await backends(database)) == 2
+            first, rest = await database.read_all("tenant-a", [who, who])
+            assert first[0]["pid"] == rest[0]["pid"]
+            # Another caller holds one of the four: a second would leave the pool more than half taken.
+            async with database.connection("tenant-b"):
+                assert len(await backends(database)) == 1
+            # The tenant's share is one connection: its search reads on that one, whatever is free.
+            assert len(await backends(shared)) == 1
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await database.read_all("tenant-a", [who, Read("SELECT 1 / 0", ())], apart=True)
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await database.read_all("tenant-a", [Read("SELECT 1 / 0", ()), who], apart=True)
+            # Both went back: the pool is as idle as it was, and a search has its two connections again.
+            assert len(await backends(database)) == 2
+        finally:
+            await database.close()
+            await shared.close()
+
+    asyncio.run(check())

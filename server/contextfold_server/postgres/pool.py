@@ -177,29 +177,50 @@ class Database:
         (rows,) = await self.read_all(namespace, [Read(query, params, settings)])
         return rows
 
-    async def read_all(self, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
+    async def read_all(self, namespace: str, reads: Sequence[Read], apart: bool = False) -> list[list[dict[str, Any]]]:
         """The rows of each of `reads`, in one transaction and one round trip (as `read`): each
         statement runs after its settings are set (the first's with the namespace's, in one statement),
-        and they last the rest of the transaction."""
+        and they last the rest of the transaction. With `apart`, when a second connection is spare
+        (`_TenantTurns.spare`, and one idle in the pool), the first read runs on one and the rest on the
+        other at once: two transactions, each with a snapshot of its own, which Postgres runs side by side."""
         self._refuse_while_unreachable()
         try:
             async with self._turns.turn(namespace), self._pool.connection() as pooled:
-                conn = cast(Connection, pooled)
-                conn.row_factory = dict_row
-                async with conn.pipeline() as pipeline:
-                    # No BEGIN and no COMMIT: what the pipeline sends up to its sync is one transaction (the
-                    # extended protocol's, which the Sync ends), and the settings last until it ends.
-                    cursors = []
-                    for index, read in enumerate(reads):
-                        settings = self._acting_for(namespace) if index == 0 else {}
-                        settings.update(read.settings or {})
-                        if settings:
-                            await _set_all(conn, settings)
-                        cursors.append(await conn.execute(read.query, read.params))
-                    await pipeline.sync()
-                    return [await cursor.fetchall() for cursor in cursors]
+                if not (apart and len(reads) > 1 and self._turns.spare(namespace) and self._idle()):
+                    return await self._pipelined(cast(Connection, pooled), namespace, reads)
+                async with self._turns.turn(namespace), self._pool.connection() as other:
+                    # A task group: neither connection goes back to the pool before its pipeline has ended,
+                    # whatever fails or is cancelled; the first failure is raised as itself. The rest go out
+                    # first: the longer part (a search's words), it is not held back by the first's sending.
+                    try:
+                        async with asyncio.TaskGroup() as group:
+                            rest = group.create_task(self._pipelined(cast(Connection, other), namespace, reads[1:]))
+                            first = group.create_task(self._pipelined(cast(Connection, pooled), namespace, reads[:1]))
+                    except BaseExceptionGroup as failed:
+                        raise failed.exceptions[0] from None
+                    return [*first.result(), *rest.result()]
         except (psycopg.OperationalError, TimeoutError) as error:
             raise self.refusal(error) from error
+
+    def _idle(self) -> bool:
+        """Whether the pool holds a connection open and idle: taking it waits for no new one."""
+        return self._pool.get_stats().get("pool_available", 0) > 0
+
+    async def _pipelined(self, conn: Connection, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
+        """The rows of each of `reads` on `conn`, in one transaction and one round trip (`read_all`)."""
+        conn.row_factory = dict_row
+        async with conn.pipeline() as pipeline:
+            # No BEGIN and no COMMIT: what the pipeline sends up to its sync is one transaction (the
+            # extended protocol's, which the Sync ends), and the settings last until it ends.
+            cursors = []
+            for index, read in enumerate(reads):
+                settings = self._acting_for(namespace) if index == 0 else {}
+                settings.update(read.settings or {})
+                if settings:
+                    await _set_all(conn, settings)
+                cursors.append(await conn.execute(read.query, read.params))
+            await pipeline.sync()
+            return [await cursor.fetchall() for cursor in cursors]
 
     async def begin(self, conn: Connection, namespace: str) -> None:
         """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends, with
@@ -429,6 +450,12 @@ class _TenantTurns:
             yield
         finally:
             self._give_back(namespace)
+
+    def spare(self, namespace: str) -> bool:
+        """Whether `namespace`, holding a turn, may take a second at once for the same call: nobody waits
+        for a turn, its share allows one more, and the pool stays at most half taken with it, so a caller
+        who comes next still finds connections free."""
+        return not self._waiting and self._held[namespace] < self._per_tenant and (self._taken + 1) * 2 <= self._size
 
     async def _take(self, namespace: str) -> None:
         if self._taken < self._size and self._held[namespace] < self._per_tenant and not self._waiting:
