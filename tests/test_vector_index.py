@@ -111,3 +111,31 @@ def test_scoped_searches_take_the_fast_index_and_match_exact_search(fresh_postgr
             expected = {f"e{members[i]}" for i in exact_top(vectors[members], query, 10)}
             recalls.append(len(expected & set(ids)) / 10)
         assert np.mean(recalls) >= least, (user, recalls)
+
+
+def test_an_entrys_vector_stays_in_its_row_beside_a_long_text(fresh_postgres: Postgres) -> None:
+    """Every search reads the vector of each entry it weighs: one of 384 dimensions beside a text of 1,500
+    characters (a row of about 3.5 kB) stays in the entry's row, not moved to the table's TOAST storage (one
+    more lookup each); one of 1,536 dimensions, past what a row holds whole, is moved out as before."""
+    rng = np.random.default_rng(11)
+    text = " ".join(f"word{n}" for n in range(250))[:1500]
+
+    async def run() -> dict[str, bool]:
+        await migrate(fresh_postgres.url)
+        database = await Database.open(fresh_postgres.url, session_settings=SEARCH_SETTINGS)
+        store = PostgresMemoryStore(database)
+        try:
+            for dimension in (384, 1536):
+                name = f"d{dimension}"
+                await store.create_store("default", name, "", dimension)
+                vector = rng.normal(size=dimension).tolist()
+                await store.add_memories("default", name, [NewMemory(content=text, vector=vector, id=name)])
+        finally:
+            await database.close()
+        with psycopg.connect(fresh_postgres.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT id, pg_column_toast_chunk_id(embedding) IS NULL FROM contextfold.memories"
+            ).fetchall()
+        return dict(rows)
+
+    assert asyncio.run(run()) == {"d384": True, "d1536": False}
