@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -264,7 +265,8 @@ def test_a_read_acts_for_its_namespace_in_one_transaction_and_the_connection_for
 def test_reads_go_side_by_side_only_on_a_connection_nobody_else_needs(postgres: Postgres) -> None:
     """A search's reads asked `apart` run on two connections at once, each transaction acting for the
     namespace, while a second connection is spare; on one, as one transaction, once the pool is more than
-    half taken or the tenant holds its share; and a read that fails gives both connections back."""
+    half taken or the tenant holds its share; and a read that fails stops the other and gives both
+    connections back."""
     from contextfold_server.postgres.pool import Database, PoolLimits, Read
 
     who = Read("SELECT pg_backend_pid() AS pid, current_setting('contextfold.namespace', true) AS namespace", ())
@@ -289,8 +291,13 @@ def test_reads_go_side_by_side_only_on_a_connection_nobody_else_needs(postgres: 
             assert len(await backends(shared)) == 1
             with pytest.raises(psycopg.errors.DivisionByZero):
                 await database.read_all("tenant-a", [who, Read("SELECT 1 / 0", ())], apart=True)
+            # One failing stops the other, however long it had to run: the call does not wait for it.
+            started = time.monotonic()
             with pytest.raises(psycopg.errors.DivisionByZero):
-                await database.read_all("tenant-a", [Read("SELECT 1 / 0", ()), who], apart=True)
+                await database.read_all(
+                    "tenant-a", [Read("SELECT pg_sleep(5)", ()), Read("SELECT 1 / 0", ())], apart=True
+                )
+            assert time.monotonic() - started < 2.5
             # Both went back: the pool is as idle as it was, and a search has its two connections again.
             assert len(await backends(database)) == 2
         finally:
