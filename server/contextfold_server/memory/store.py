@@ -91,7 +91,7 @@ class PostgresMemoryStore:
         """One read acting for `namespace` (`Database.read`)."""
         return await self._database.read(namespace, query, params, settings)
 
-    async def read_all(self, namespace: str, reads: Sequence[Read], apart: bool = False) -> list[list[dict[str, Any]]]:
+    async def read_all(self, namespace: str, reads: Sequence[Read], apart: bool) -> list[list[dict[str, Any]]]:
         """Several reads acting for `namespace`, in one round trip, or with `apart` the first beside the
         rest when a second connection is spare (`Database.read_all`)."""
         return await self._database.read_all(namespace, reads, apart)
