@@ -28,6 +28,7 @@ from contextfold_server.engine.weighing import (
     MOST_PARTS,
     READ_MOST,
     SPECIFIC_MOST,
+    Reading,
     default_weighing,
     question_parts,
     speakers,
@@ -645,7 +646,7 @@ def test_the_share_of_an_entry_that_states_rather_than_asks() -> None:
 
 
 def test_how_specifically_an_entry_says_which_one() -> None:
-    people = speakers(["John: Have you read it?", "Tim: Not yet.", "a note without a speaker"])
+    people = speakers(map(Reading.of, ["John: Have you read it?", "Tim: Not yet.", "a note without a speaker"]))
     assert people == {"john", "tim"}
     # A title in quotes, and each of its and a name's capitalised words.
     assert specific("John: I'm reading \"Dune\" by Frank Herbert. It's great.", people) == 4 / SPECIFIC_MOST

@@ -448,10 +448,10 @@ def speaker_named(content: str, words: frozenset[str]) -> float:
     return Reading.of(content).speaker_named(words)
 
 
-def speakers(contents: Iterable[str]) -> frozenset[str]:
-    """The words of the speakers' names of the turns among `contents` (`Speaker: …`), lower-cased: the
+def speakers(readings: Iterable[Reading]) -> frozenset[str]:
+    """The words of the speakers' names of the turns read (`Reading.speaker`: `Speaker: …`, lower-cased): the
     people of a conversation, whose names say nothing about which of its turns answers."""
-    return frozenset(part for content in contents for part in _speaker(content))
+    return frozenset(part for reading in readings for part in reading.speaker)
 
 
 def _speaker(content: str) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from ..engine.weighing import (
     default_weighing,
     entry_date,
     on_a_date,
+    speakers,
 )
 from ..errors import InvalidArgument, NotFound
 from ..observe.tracing import span
@@ -451,7 +452,7 @@ def _weigh(
     under_floor: set[str] = set()
     reached = False
     readings = {entry: read(candidate) for entry, candidate in found.items()}
-    people = frozenset(part for reading in readings.values() for part in reading.speaker)
+    people = speakers(readings.values())
     for entry, candidate in found.items():
         own = worded[entry]
         before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
