@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from time import sleep
 
 import grpc
 import numpy as np
@@ -38,13 +39,13 @@ from contextfold_server.engine.weighing import (
 from contextfold_server.memory.records import Candidate, MemoryRecord, Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.search import READINGS_KEPT, Readings
-from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement
+from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement, words_statement
 from contextfold_server.postgres.migrations import latest_version, migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
-from harness.messages import unique, user
+from harness.messages import assistant, unique, user
 from harness.servers import Postgres, ServerProcess, sample, start_server
 from harness.stand_ins.reranker import FakeReranker
 
@@ -767,19 +768,31 @@ def planned_once(url: str, namespace: str, statement: str, params: dict) -> tupl
             rows = conn.execute(statement, params, prepare=True).fetchall()
         (prepared,) = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
         assert (prepared["generic_plans"], prepared["custom_plans"]) == (6, 0), prepared
-        indexes = conn.execute(
-            "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) AS n FROM pg_class c"
+        read = entries_read_by_index(conn)
+    return rows, read
+
+
+def entries_read_by_index(conn: psycopg.Connection) -> dict[str, int]:
+    """The entries each index of `memories` gave in `conn`'s transaction so far, by index (those it scanned)."""
+    return dict(
+        conn.cursor(row_factory=tuple_row)
+        .execute(
+            "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) FROM pg_class c"
             " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
-        ).fetchall()
-    return rows, {row["relname"]: row["n"] for row in indexes}
+        )
+        .fetchall()
+    )
 
 
-def ten_thousand_entries(url: str, namespace: str, content: str, **columns: str) -> None:
-    """A store `s` (dimension 3) of 10,000 entries `g` = 1.., each `content` and `columns` (SQL of `g`)."""
+def ten_thousand_entries(url: str, namespace: str, content: str, analyzed: bool = True, **columns: str) -> None:
+    """A store `s` (dimension 3) of 10,000 entries `g` = 1.., each `content` and `columns` (SQL of `g`); unless
+    `analyzed`, with no planner statistics (as a store written a moment ago has until autovacuum's turn)."""
     asyncio.run(migrate(url))
     names = "".join(f", {column}" for column in columns)
     values = "".join(f", {value}" for value in columns.values())
     with psycopg.connect(url, autocommit=True) as owner:
+        if not analyzed:
+            owner.execute("ALTER TABLE contextfold.memories SET (autovacuum_enabled = false)")
         owner.execute(
             "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES (%s, 's', '', 3)",
             (namespace,),
@@ -790,7 +803,8 @@ def ten_thousand_entries(url: str, namespace: str, content: str, **columns: str)
             " FROM generate_series(1, 10000) AS g ORDER BY g",
             (namespace,),
         )
-        owner.execute("ANALYZE contextfold.memories")
+        if analyzed:
+            owner.execute("ANALYZE contextfold.memories")
 
 
 def test_the_words_are_found_through_their_index_whatever_a_connection_asked_first(postgres: Postgres) -> None:
@@ -809,18 +823,43 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
         conn.commit()
         conn.execute("SELECT set_config('contextfold.namespace', 'words', true)")
         found = conn.execute(call, (["thaddeus"], ["thaddeus", "ferri"], [5.0, 3.0], 200, ["s"])).fetchall()
-        read = dict(
-            conn.execute(
-                "SELECT c.relname, pg_stat_get_xact_tuples_returned(c.oid) FROM pg_class c"
-                " WHERE c.relkind = 'i' AND c.relname LIKE 'memories%%' AND pg_stat_get_xact_numscans(c.oid) > 0"
-            ).fetchall()
-        )
+        read = entries_read_by_index(conn)
     assert [memory_id for memory_id, _ in found] == ["t7"]
     assert "memories_lexemes" in read, read
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
 
 
-@pytest.mark.parametrize(
+def test_the_word_matches_are_read_by_their_keys_in_a_store_with_no_statistics_yet(fresh_postgres: Postgres) -> None:
+    """A store written a moment ago has no planner statistics until autovacuum's turn: the words' statement still
+    reads each entry `word_matches` found by its key, rather than every entry of the scope to join them to."""
+    namespace = "unanalyzed"
+    ten_thousand_entries(
+        fresh_postgres.url,
+        namespace,
+        "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
+        analyzed=False,
+        user_id="'ana'",
+    )
+    scope = Scope(user_id="ana")
+    where, params = entries_where(scope, None)
+    scoped, _ = entries_where(scope, None, live=False)
+    params |= {"namespace": namespace, "names": ["s"], "exclude": [], "live_at": datetime.now(UTC)}
+    params |= {"vector": np.asarray([1, 0, 0], dtype=np.float32), "scope": ["ana", "", ""], "named": []}
+    params |= {"words": "When does Thaddeus take the ferry?", "lexical": 20}
+    statement = words_statement(3, "word_matches", where, scoped, beside=False, filtered=False)
+    with psycopg.connect(fresh_postgres.url, row_factory=dict_row) as conn:
+        register_vector(conn)
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', %s, true)", (namespace,))
+        found = [row["id"] for row in conn.execute(statement, params).fetchall() if row["id"] is not None]
+        read = entries_read_by_index(conn)
+    assert found == ["t7"]
+    # The match read by its key, not found again among every entry of the scope that a hash is built of.
+    assert read.get("memories_pkey") == 1, f"the entries read through each index: {read}"
+
+
+# Ten thousand entries (`ten_thousand_entries`) and two of them with their neighbours, in each of the two orders.
+NEIGHBOURS_AT_SCALE = pytest.mark.parametrize(
     ("namespace", "column", "value", "beside"),
     [
         # Each entry in a session of 100: the turns just before and after it in its session.
@@ -829,6 +868,9 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
         ("written", "user_id", "'user ' || mod(g, 2)", {"t250": ("t248", "t252"), "t7051": ("t7049", "t7053")}),
     ],
 )
+
+
+@NEIGHBOURS_AT_SCALE
 def test_the_neighbours_planned_once_for_a_connection_still_walk_the_neighbours_index(
     postgres: Postgres, namespace: str, column: str, value: str, beside: dict[str, tuple[str, str]]
 ) -> None:
@@ -845,6 +887,85 @@ def test_the_neighbours_planned_once_for_a_connection_still_walk_the_neighbours_
     )
     assert "memories_beside" in read, read
     assert sum(read.values()) < 200, f"the entries read through each index, over six runs: {read}"
+
+
+@NEIGHBOURS_AT_SCALE
+def test_the_neighbours_function_planned_once_for_a_connection_walks_the_neighbours_index(
+    postgres: Postgres, namespace: str, column: str, value: str, beside: dict[str, tuple[str, str]]
+) -> None:
+    """`neighbours_of` (migration 20), which the default's statements read the neighbours of their candidates by,
+    keeps one plan for a connection, made for no values in particular: a call after a first one for another
+    namespace still takes each id's row by its key and one step of the neighbours' index to each side."""
+    namespace += "-by-function"
+    ten_thousand_entries(postgres.url, namespace, "'turn ' || g", **{column: value})
+    call = (
+        "SELECT beside, id FROM contextfold.neighbours_of(%s, ARRAY(SELECT ROW(e.id, e.store, e.session_id, e.user_id,"
+        " e.agent_id, e.seq)::contextfold.seed FROM contextfold.memories e WHERE e.namespace = %s AND e.id = ANY(%s)),"
+        " '[1,0,0]', '{}', '', '', '', now(), 100)"
+    )
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', '~warm-up', false)")
+        assert conn.execute(call, ("~warm-up", "~warm-up", [])).fetchall() == []
+        conn.commit()
+        conn.execute("SELECT set_config('contextfold.namespace', %s, false)", (namespace,))
+        for _ in range(6):
+            found = conn.execute(call, (namespace, namespace, sorted(beside))).fetchall()
+        read = entries_read_by_index(conn)
+    assert sorted(found) == sorted((entry, neighbour) for entry, pair in beside.items() for neighbour in pair)
+    assert "memories_beside" in read, read
+    assert sum(read.values()) < 200, f"the entries read through each index, over six calls: {read}"
+
+
+def test_the_neighbours_function_finds_what_the_statement_finds_under_a_filter_every_entry_matches(
+    client: Client, make_store
+) -> None:
+    """Without a filter the default reads its candidates' neighbours by `neighbours_of`; under one, in its own
+    statements, each side's nearest entry that matches. Where every entry matches the filter, the two read the
+    same neighbours, for the same scope, entries excluded and entries expired: what the default weighs is the
+    same, signal by signal."""
+    store = make_store("both-ways")
+    prefix, session = unique("turn"), unique("session")
+    kept = {"kept": "yes"}
+    turns = [
+        "Ben: Did you ever get the pottery class sorted?",
+        "Ana: Yes, I signed up for the one downtown.",
+        "Ben: I baked bread all Sunday, by the way.",
+        "Ana: The smell must have been amazing.",
+        "Ben: The pottery teacher said the kiln is fixed.",
+    ]
+    # A session of two users' turns in turn: the scope's user's neighbours are her own turns around each.
+    entries = [
+        {"id": f"{prefix}-s{n}", "content": text, "session_id": session, "user_id": ("ana", "ben")[n % 2]}
+        for n, text in enumerate(turns)
+    ]
+    # Turns without a session, in the order each author wrote them; another user's turns between them.
+    for n, text in enumerate(turns):
+        for author in ("ana", "ben"):
+            entries.append({"id": f"{prefix}-{author}{n}", "content": text, "user_id": author})
+    for entry in entries:
+        entry["metadata"] = kept
+    # One turn of the session that expires before the question.
+    gone = {"content": turns[2], "session_id": session, "user_id": "ana", "metadata": kept}
+    gone["expire_time"] = datetime.now(UTC) + timedelta(seconds=1)
+    client.add_memories(store, [*entries, {"id": f"{prefix}-gone", **gone}])
+    # A turn injected earlier in the conversation is left out, and so skipped as a neighbour.
+    ask = "Did Ana get the pottery class sorted?"
+    first = client.inject([user(ask)], stores=[store], scope={"user_id": "ana"}, max_entries=1)
+    (excluded,) = [entry.id for entry in first.report.entries]
+    later = [*first.messages, assistant("She did."), user(ask)]
+    sleep(1.2)
+
+    def weighed(**filtered: object) -> dict[str, dict[str, float]]:
+        result = client.inject(later, stores=[store], scope={"user_id": "ana"}, explain=True, **filtered)
+        return {c.id: dict(c.inputs) for c in result.report.candidates if c.inputs}
+
+    unfiltered, filtered = weighed(), weighed(filter=kept)
+    assert unfiltered == filtered
+    assert {f"{prefix}-s2", f"{prefix}-ana1"} - {excluded} <= unfiltered.keys(), sorted(unfiltered)
+    others = {f"{prefix}-s1", f"{prefix}-s3", *(f"{prefix}-ben{n}" for n in range(len(turns)))}
+    assert not {excluded, f"{prefix}-gone", *others} & unfiltered.keys(), sorted(unfiltered)
+    assert any(inputs["neighbour"] > 0 for inputs in unfiltered.values())
 
 
 def test_a_filtered_search_never_brings_in_a_session_neighbour_the_filter_refuses(client: Client, make_store) -> None:

@@ -276,7 +276,7 @@ class PostgresMemoryStore:
         dimension, filtered = len(query.vector), query.filter is not None
         # One store named needs no pass across stores: a statement of its own, planned for its values.
         each_store, settings = filtered or len(query.stores) == 1, INDEX_FIRST if filtered else None
-        nearest = candidates_statement(dimension, where, each_store, beside=seeds > 0)
+        nearest = candidates_statement(dimension, where, each_store, beside=seeds > 0, filtered=filtered)
         reads = [Read(nearest, params | {"seeds": seeds}, settings)]
         if parts:
             part_read = candidates_statement(dimension, where, each_store)
@@ -285,7 +285,7 @@ class PostgresMemoryStore:
         scoped, _ = entries_where(scope, None, live=False)
         ahead = seeds > 0 and words == "word_matches"
         if lexical:
-            matching = words_statement(dimension, words, where, scoped, beside=ahead)
+            matching = words_statement(dimension, words, where, scoped, beside=ahead, filtered=filtered)
             reads.append(Read(matching, params | {"words": query.text, "lexical": lexical, "named": list(names)}))
         # The nearest and the words are read side by side when a second connection is spare: Postgres plans
         # and runs each in its own process, and the call waits for the longer rather than for both.
