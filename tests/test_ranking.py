@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from time import sleep
 
 import grpc
 import numpy as np
@@ -46,6 +45,7 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row, tuple_row
 
 from harness.messages import assistant, unique, user
+from harness.polling import wait_for
 from harness.servers import Postgres, ServerProcess, sample, start_server
 from harness.stand_ins.reranker import FakeReranker
 
@@ -858,6 +858,37 @@ def test_the_word_matches_are_read_by_their_keys_in_a_store_with_no_statistics_y
     assert read.get("memories_pkey") == 1, f"the entries read through each index: {read}"
 
 
+def test_the_entries_written_are_analyzed_a_moment_later_not_at_autovacuums_turn(
+    fresh_postgres: Postgres, tmp_path: Path
+) -> None:
+    """The planner's statistics of the entries are refreshed soon after the writes that make them as stale as
+    autovacuum would refresh them (`TableStatistics`), not at its turn, up to a minute later: here autovacuum
+    never comes, and each fill is analyzed all the same."""
+    server = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url)
+
+    def analyzed() -> tuple[float, int]:
+        with psycopg.connect(fresh_postgres.url) as conn:
+            row = conn.execute(
+                "SELECT c.reltuples, s.analyze_count FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
+                " WHERE c.oid = 'contextfold.memories'::regclass"
+            ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    try:
+        with psycopg.connect(fresh_postgres.url, autocommit=True) as owner:
+            owner.execute("ALTER TABLE contextfold.memories SET (autovacuum_enabled = false)")
+        before = analyzed()[1]
+        with Client(server.address, timeout=60) as client:
+            client.create_store("notes", dimension=3)
+            for filled in (300, 600):
+                client.add_memories("notes", [{"content": f"note {n}", "vector": [1.0, 0.0, 0.0]} for n in range(300)])
+                wait_for(lambda filled=filled: analyzed()[0] == filled, 15, what=f"the {filled} entries analyzed")
+        assert analyzed()[1] > before
+    finally:
+        server.stop()
+
+
 # Ten thousand entries (`ten_thousand_entries`) and two of them with their neighbours, in each of the two orders.
 NEIGHBOURS_AT_SCALE = pytest.mark.parametrize(
     ("namespace", "column", "value", "beside"),
@@ -947,14 +978,14 @@ def test_the_neighbours_function_finds_what_the_statement_finds_under_a_filter_e
         entry["metadata"] = kept
     # One turn of the session that expires before the question.
     gone = {"content": turns[2], "session_id": session, "user_id": "ana", "metadata": kept}
-    gone["expire_time"] = datetime.now(UTC) + timedelta(seconds=1)
+    gone["expire_time"] = expiry = datetime.now(UTC) + timedelta(seconds=1)
     client.add_memories(store, [*entries, {"id": f"{prefix}-gone", **gone}])
     # A turn injected earlier in the conversation is left out, and so skipped as a neighbour.
     ask = "Did Ana get the pottery class sorted?"
     first = client.inject([user(ask)], stores=[store], scope={"user_id": "ana"}, max_entries=1)
     (excluded,) = [entry.id for entry in first.report.entries]
     later = [*first.messages, assistant("She did."), user(ask)]
-    sleep(1.2)
+    wait_for(lambda: datetime.now(UTC) > expiry, 5, what="the turn's expiry to pass")
 
     def weighed(**filtered: object) -> dict[str, dict[str, float]]:
         result = client.inject(later, stores=[store], scope={"user_id": "ana"}, explain=True, **filtered)

@@ -54,6 +54,7 @@ from .postgres.migrations import migrate, service_secret
 from .postgres.pool import Database, PoolLimits
 from .postgres.priority import lower_priority_of_sessions
 from .postgres.replicas import Databases
+from .postgres.statistics import TableStatistics
 from .postgres.vector_index import VectorIndexes
 from .providers.egress import EgressPolicy
 from .providers.fanout import ProviderChannels
@@ -253,10 +254,18 @@ async def build_bulk(
 ) -> BulkServices:
     """Start every dependency of a bulk worker (each closed by `running`): its database sessions, where they
     are processes of this machine, at the bulk worker's own lower priority (`postgres/priority.py`); the
-    vector indexes its writes grow; the purge of expired entries."""
+    vector indexes its writes grow, and the planner's statistics they make stale (`TableStatistics`); the purge
+    of expired entries."""
     prepare = lower_priority_of_sessions(config.bulk_nice) if shared.embedded_database else None
     indexes = VectorIndexes(shared.owner_url, config.own_index_entries, prepare=prepare)
     running.push_async_callback(indexes.close)
+    statistics = TableStatistics(shared.owner_url, prepare=prepare)
+    running.push_async_callback(statistics.close)
+
+    def grew(namespace: str, dimension: int, entries: int) -> None:
+        indexes.grew(namespace, dimension, entries)
+        statistics.wrote()
+
     # A tenant's bulk statements, as many at once as there are cores (`--bulk-connections-per-tenant`): more
     # only contend for them, at no gain to the tenant and at a cost to everyone's queries; the others wait
     # their turn, within the call's time, rather than being refused.
@@ -268,7 +277,7 @@ async def build_bulk(
         ),
         turn_seconds=config.max_call_seconds,
     )
-    parts = await _memory(config, shared, running, metrics, quotas, usage, Lane.BULK, limits, indexes.grew, prepare)
+    parts = await _memory(config, shared, running, metrics, quotas, usage, Lane.BULK, limits, grew, prepare)
     await listener.start()
     running.push_async_callback(listener.close)
     await indexes.start()
