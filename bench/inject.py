@@ -237,7 +237,7 @@ def ranked_reads(text: str, vector: np.ndarray) -> list[Read]:
 def _read_pipelined(conn: psycopg.Connection, reads: list[Read]) -> None:
     """`reads` on `conn` in one transaction and one round trip, acting for the open namespace, with their
     settings as the worker's pool sets them (one statement for all), every row fetched."""
-    with conn.pipeline() as pipeline:
+    with conn.pipeline():
         conn.execute("BEGIN")
         conn.execute("SELECT set_config(%s, %s, true)", (NAMESPACE_SETTING, OPEN_NAMESPACE))
         cursors = []
@@ -246,9 +246,9 @@ def _read_pipelined(conn: psycopg.Connection, reads: list[Read]) -> None:
                 conn.execute(settings_statement(len(read.settings)), list(itertools.chain(*read.settings.items())))
             cursors.append(conn.execute(read.query, read.params))
         conn.execute("COMMIT")
-        pipeline.sync()
-        for cursor in cursors:
-            cursor.fetchall()
+    # The pipeline's end sends its one Sync and takes every result (as the server's reads do).
+    for cursor in cursors:
+        cursor.fetchall()
 
 
 class Floor:

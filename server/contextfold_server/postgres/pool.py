@@ -209,7 +209,7 @@ class Database:
     async def _pipelined(self, conn: Connection, namespace: str, reads: Sequence[Read]) -> list[list[dict[str, Any]]]:
         """The rows of each of `reads` on `conn`, in one transaction and one round trip (`read_all`)."""
         conn.row_factory = dict_row
-        async with conn.pipeline() as pipeline:
+        async with conn.pipeline():
             # No BEGIN and no COMMIT: what the pipeline sends up to its sync is one transaction (the
             # extended protocol's, which the Sync ends), and the settings last until it ends.
             cursors = []
@@ -219,8 +219,9 @@ class Database:
                 if settings:
                     await _set_all(conn, settings)
                 cursors.append(await conn.execute(read.query, read.params))
-            await pipeline.sync()
-            return [await cursor.fetchall() for cursor in cursors]
+        # The pipeline's end sends its one Sync and takes every result: a Sync asked for within it as well
+        # cost a round trip more (about 0.07 ms a read on this machine).
+        return [await cursor.fetchall() for cursor in cursors]
 
     async def begin(self, conn: Connection, namespace: str) -> None:
         """Queue (in pipeline mode) a transaction's start, acting for `namespace` until it ends, with
