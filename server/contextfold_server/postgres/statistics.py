@@ -18,7 +18,8 @@ Postgres' count where it is larger (updates change rows, not their number). Chec
 and a sum over the usage rows each, at most one a second while writes go on. `ANALYZE` reads a sample of the table
 (30,000 rows at most), takes no lock that writes or reads wait on, and runs one at a time across
 every worker and replica (an advisory lock: one that finds it held leaves the table to that one).
-A role that does not own the table is told so by Postgres (a warning) and changes nothing.
+A login role that does not own the table (nor is a member of its owner) leaves it to autovacuum: it
+would be refused.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ _ANALYZE_LOCK = 0x616E6C7A  # "anlz"
 _STALE = (
     f"SELECT greatest(abs((SELECT coalesce(sum(u.entries), 0) FROM {SCHEMA}.tenant_usage u)"
     " - greatest(c.reltuples, 0)), coalesce(s.n_mod_since_analyze, 0)) >= %s + %s * greatest(c.reltuples, 0)"
-    " FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = %s::regclass"
+    " FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
+    " WHERE c.oid = %s::regclass AND pg_has_role(c.relowner, 'MEMBER')"
 )
 
 
@@ -94,7 +96,8 @@ class TableStatistics:
 
 
 async def _stale(conn: psycopg.AsyncConnection) -> bool:
-    """Whether autovacuum would analyze the entries' table now: enough rows changed since its last analysis."""
+    """Whether autovacuum would analyze the entries' table now (enough rows changed since its last analysis),
+    and this session's role may (it owns the table, or is a member of its owner)."""
     cursor = await conn.execute(_STALE, (CHANGED_ROWS, CHANGED_SHARE, f"{SCHEMA}.memories"))
     row = await cursor.fetchone()
     return bool(row and row[0])
