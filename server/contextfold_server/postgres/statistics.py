@@ -14,10 +14,10 @@ and writes arriving together are checked once), on a connection of the login rol
 analyzes it where autovacuum would: the same threshold, without waiting for its turn. The rows changed
 are the entries' count against the count the statistics hold (the namespaces' usage rows count them
 at once; Postgres' own count of rows changed reaches its statistics views up to ten seconds late), or
-Postgres' count where it is larger (updates change rows, not their number). Checks are a catalog read
-and a sum over the usage rows each, at most one a second while writes go on. `ANALYZE` reads a sample of the table
-(30,000 rows at most), takes no lock that writes or reads wait on, and runs one at a time across
-every worker and replica (an advisory lock: one that finds it held leaves the table to that one).
+Postgres' count where it is larger (updates change rows, not their number). Checks are a sum over the
+usage rows and a catalog read each, at most one a second while writes go on. `ANALYZE` reads a sample
+of the table (30,000 rows at most), takes no lock that writes or reads wait on, and runs one at a time
+across every worker and replica (an advisory lock: one that finds it held leaves the table to that one).
 A login role that does not own the table (nor is a member of its owner) leaves it to autovacuum: it
 would be refused.
 """
@@ -43,9 +43,11 @@ CHANGED_SHARE = 0.1
 CHECK_AFTER_SECONDS = 1.0
 # One analysis at a time across every worker and replica.
 _ANALYZE_LOCK = 0x616E6C7A  # "anlz"
+# The entries every namespace holds, from their usage rows: one table read, joined with nothing.
+_ENTRIES = f"SELECT coalesce(sum(entries), 0) FROM {SCHEMA}.tenant_usage"
 _STALE = (
-    f"SELECT greatest(abs((SELECT coalesce(sum(u.entries), 0) FROM {SCHEMA}.tenant_usage u)"
-    " - greatest(c.reltuples, 0)), coalesce(s.n_mod_since_analyze, 0)) >= %s + %s * greatest(c.reltuples, 0)"
+    "SELECT greatest(abs(%s - greatest(c.reltuples, 0)), coalesce(s.n_mod_since_analyze, 0))"
+    " >= %s + %s * greatest(c.reltuples, 0)"
     " FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
     " WHERE c.oid = %s::regclass AND pg_has_role(c.relowner, 'MEMBER')"
 )
@@ -98,7 +100,9 @@ class TableStatistics:
 async def _stale(conn: psycopg.AsyncConnection) -> bool:
     """Whether autovacuum would analyze the entries' table now (enough rows changed since its last analysis),
     and this session's role may (it owns the table, or is a member of its owner)."""
-    cursor = await conn.execute(_STALE, (CHANGED_ROWS, CHANGED_SHARE, f"{SCHEMA}.memories"))
+    cursor = await conn.execute(_ENTRIES)
+    entries = int((await cursor.fetchone() or (0,))[0])
+    cursor = await conn.execute(_STALE, (entries, CHANGED_ROWS, CHANGED_SHARE, f"{SCHEMA}.memories"))
     row = await cursor.fetchone()
     return bool(row and row[0])
 
