@@ -863,7 +863,8 @@ def test_the_entries_written_are_analyzed_a_moment_later_not_at_autovacuums_turn
 ) -> None:
     """The planner's statistics of the entries are refreshed soon after the writes that make them as stale as
     autovacuum would refresh them (`TableStatistics`), not at its turn, up to a minute later: here autovacuum
-    never comes, and each fill is analyzed all the same."""
+    never comes, and each fill is analyzed all the same. An analysis never waits in line behind what holds
+    the table (a vector index build, a vacuum): it gives up, and the next write's check analyzes."""
     server = start_server(tmp_path / "server.log", "--database-url", fresh_postgres.url)
 
     def analyzed() -> tuple[float, int]:
@@ -875,15 +876,34 @@ def test_the_entries_written_are_analyzed_a_moment_later_not_at_autovacuums_turn
         assert row is not None
         return row[0], row[1]
 
+    def analyzing(waiting: bool) -> bool:
+        with psycopg.connect(fresh_postgres.url) as conn:
+            (count,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'ANALYZE%%' AND state = 'active'"
+                " AND (wait_event_type = 'Lock') = %s",
+                (waiting,),
+            ).fetchone() or (0,)
+        return count > 0
+
     try:
         with psycopg.connect(fresh_postgres.url, autocommit=True) as owner:
             owner.execute("ALTER TABLE contextfold.memories SET (autovacuum_enabled = false)")
         before = analyzed()[1]
+        notes = [{"content": f"note {n}", "vector": [1.0, 0.0, 0.0]} for n in range(300)]
         with Client(server.address, timeout=60) as client:
             client.create_store("notes", dimension=3)
             for filled in (300, 600):
-                client.add_memories("notes", [{"content": f"note {n}", "vector": [1.0, 0.0, 0.0]} for n in range(300)])
+                client.add_memories("notes", notes)
                 wait_for(lambda filled=filled: analyzed()[0] == filled, 15, what=f"the {filled} entries analyzed")
+            with psycopg.connect(fresh_postgres.url) as holder:
+                # The lock a vector index build or a vacuum takes, held while the next 300 go in.
+                holder.execute("LOCK TABLE contextfold.memories IN SHARE UPDATE EXCLUSIVE MODE")
+                client.add_memories("notes", notes)
+                wait_for(lambda: analyzing(waiting=True), 15, what="the analysis to wait for the table")
+                wait_for(lambda: not analyzing(waiting=True), 5, what="the analysis to give up, the table still held")
+                assert analyzed()[0] == 600
+            client.add_memories("notes", notes)
+            wait_for(lambda: analyzed()[0] == 1200, 15, what="the 1,200 entries analyzed at the next write")
         assert analyzed()[1] > before
     finally:
         server.stop()

@@ -16,8 +16,9 @@ are the entries' count against the count the statistics hold (the namespaces' us
 at once; Postgres' own count of rows changed reaches its statistics views up to ten seconds late), or
 Postgres' count where it is larger (updates change rows, not their number). Checks are a sum over the
 usage rows and a catalog read each, at most one a second while writes go on. `ANALYZE` reads a sample
-of the table (30,000 rows at most), takes no lock that writes or reads wait on, and runs one at a time
-across every worker and replica (an advisory lock: one that finds it held leaves the table to that one).
+of the table (30,000 rows at most), takes no lock that writes or reads wait on, runs one at a time across
+every worker and replica (an advisory lock: one that finds it held leaves the table to that one), and
+waits at most half a second for an index build or a vacuum holding the table, rather than in line.
 A login role that does not own the table (nor is a member of its owner) leaves it to autovacuum: it
 would be refused.
 """
@@ -43,6 +44,9 @@ CHANGED_SHARE = 0.1
 CHECK_AFTER_SECONDS = 1.0
 # One analysis at a time across every worker and replica.
 _ANALYZE_LOCK = 0x616E6C7A  # "anlz"
+# How long an analysis waits for the table (a vector index build or a vacuum holds it): less than Postgres'
+# `deadlock_timeout` (1 s), past which a vacuum waited on would be cancelled. The next write's check tries again.
+LOCK_WAIT = "500ms"
 # The entries every namespace holds, from their usage rows: one table read, joined with nothing.
 _ENTRIES = f"SELECT coalesce(sum(entries), 0) FROM {SCHEMA}.tenant_usage"
 _STALE = (
@@ -94,6 +98,7 @@ class TableStatistics:
         conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
         if self._prepare is not None:
             await self._prepare(conn)
+        await conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
         return conn
 
 
@@ -108,12 +113,15 @@ async def _stale(conn: psycopg.AsyncConnection) -> bool:
 
 
 async def _analyze(conn: psycopg.AsyncConnection) -> None:
-    """Analyze the entries' table, unless another worker or replica is doing so."""
+    """Analyze the entries' table, unless another worker or replica is doing so, or something holds the table
+    longer than `LOCK_WAIT` (it never waits in line)."""
     cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (_ANALYZE_LOCK,))
     if not (await cursor.fetchone() or (False,))[0]:
         return
     try:
         await conn.execute(f"ANALYZE {SCHEMA}.memories")
         logger.debug("the entries' statistics were refreshed")
+    except psycopg.errors.LockNotAvailable:
+        logger.debug("the entries' table is held (an index build, a vacuum): analyzed at the next write's check")
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (_ANALYZE_LOCK,))
