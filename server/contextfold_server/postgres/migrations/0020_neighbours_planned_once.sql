@@ -2,13 +2,15 @@
 -- connection. The default ranking reads the neighbours of its nearest entries and of its word matches in the
 -- statements that find them, which are planned for their values at every question: planning the neighbours'
 -- part there took 0.3 ms of each. That part's plan depends on no value (from each entry, one step of the
--- neighbours' index either way), so it is made once. For each of `p_seeds` (entries of `p_namespace` the
--- statement found, each with its place: store, session, author and `seq`): the entries just before and just
--- after it in its store and session, or, in none, in its author's order, that the search could return (none of
--- `p_exclude`, within the scope's fields that are set, live at `p_live_at`), each with `p_read` characters of its
--- content, its distance to `p_vector` and the id it is `beside`. Row-level security applies as to the statement
--- calling it. The seeds come with their places rather than as ids to look up: planned for no values in
--- particular, that lookup read every entry of the namespace to find a list of ids.
+-- neighbours' index either way), so it is made once (Postgres 18 keeps a SQL function's plans for the session;
+-- before it, for the statement calling it, which plans it at each question as it planned the part it
+-- replaces). For each of `p_seeds` (entries of `p_namespace` the statement found, each with its place: store,
+-- session, author and `seq`): the entries just before and just after it in its store and session, or, in none,
+-- in its author's order, that the search could return (none of `p_exclude`, within the scope's fields that are
+-- set, live at `p_live_at`), each with `p_read` characters of its content, its distance to `p_vector` and the
+-- id it is `beside`. Row-level security applies as to the statement calling it. The seeds come with their
+-- places rather than as ids to look up: planned for no values in particular, that lookup read every entry of
+-- the namespace to find a list of ids.
 CREATE TYPE contextfold.seed AS (id text, store text, session_id text, user_id text, agent_id text, seq bigint);
 CREATE FUNCTION contextfold.neighbours_of(
     p_namespace text, p_seeds contextfold.seed[], p_vector vector, p_exclude text[], p_user_id text,
