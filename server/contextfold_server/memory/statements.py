@@ -208,9 +208,6 @@ def candidates_statement(
         .format(
             stores=sql.Identifier(SCHEMA, "stores"),
             nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
-            neighbours_of=sql.Identifier(SCHEMA, "neighbours_of"),
-            seed=sql.Identifier(SCHEMA, "seed"),
-            most=sql.Literal(READ_MOST),
             columns=_CANDIDATE_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             dim=sql.Literal(dimension),
@@ -267,9 +264,6 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
             columns=_CANDIDATE_COLUMNS,
             memories=sql.Identifier(SCHEMA, "memories"),
             function=sql.Identifier(SCHEMA, lexical),
-            neighbours_of=sql.Identifier(SCHEMA, "neighbours_of"),
-            seed=sql.Identifier(SCHEMA, "seed"),
-            most=sql.Literal(READ_MOST),
             dim=sql.Literal(dimension),
             where=sql.SQL(where),
             scoped=sql.SQL(scoped),
@@ -354,6 +348,23 @@ _SEEDS = (
 _NEIGHBOUR = ", ".join(f"n.{column}" for column in [*MEMORY_COLUMNS.split(", "), "distance"])
 
 
+# The neighbours of a statement's `seeds` by `neighbours_of`, each with its place (`contextfold.seed`), as `n`.
+_NEIGHBOURS_OF = (
+    sql.SQL(
+        " FROM {function}(%(namespace)s,"
+        " ARRAY(SELECT ROW(s.id, s.store, s.session_id, s.user_id, s.agent_id, s.seq)::{seed} FROM seeds s),"
+        " %(vector)b, %(exclude)s,"
+        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s, {most}) AS n"
+    )
+    .format(
+        function=sql.Identifier(SCHEMA, "neighbours_of"),
+        seed=sql.Identifier(SCHEMA, "seed"),
+        most=sql.Literal(READ_MOST),
+    )
+    .as_string(None)
+)
+
+
 def _read_beside(filtered: bool) -> str:
     """How a statement reads the neighbours of its `seeds` (`_SEEDS`), each as `n` (`_NEIGHBOUR`): by
     `neighbours_of` (migration 20), whose plan is made once per connection, where planning them in the statement
@@ -361,12 +372,7 @@ def _read_beside(filtered: bool) -> str:
     nearest entry that matches it), which the function does not apply."""
     if filtered:
         return " FROM seeds c CROSS JOIN LATERAL (SELECT b.*, c.id AS beside FROM (" + _BESIDE + ") AS b) AS n"
-    return (
-        " FROM {neighbours_of}(%(namespace)s,"
-        " ARRAY(SELECT ROW(s.id, s.store, s.session_id, s.user_id, s.agent_id, s.seq)::{seed} FROM seeds s),"
-        " %(vector)b, %(exclude)s,"
-        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(live_at)s, {most}) AS n"
-    )
+    return _NEIGHBOURS_OF
 
 
 # Whether a found entry's neighbours were looked for (it is among the seeds).

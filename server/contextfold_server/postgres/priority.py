@@ -33,3 +33,14 @@ def lower_priority_of_sessions(nice: int) -> Callable[[psycopg.AsyncConnection],
             logger.warning("pid=<%d> reason=<%s> | a bulk database session keeps its priority", pid, error)
 
     return lower
+
+
+async def own_session(
+    conninfo: str, prepare: Callable[[psycopg.AsyncConnection], Awaitable[None]] | None
+) -> psycopg.AsyncConnection:
+    """A session of the login role's own, outside the pool (autocommit), made ready by `prepare` if any (a bulk
+    worker's lowers its priority): what the bulk worker's background work (vector indexes, statistics) runs on."""
+    conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+    if prepare is not None:
+        await prepare(conn)
+    return conn

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from .priority import own_session
 from .schema import SCHEMA
 
 logger = logging.getLogger(__name__)
@@ -95,9 +96,7 @@ class TableStatistics:
             logger.warning("reason=<%s> | the entries' statistics were not checked", error)
 
     async def _connect(self) -> psycopg.AsyncConnection:
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-        if self._prepare is not None:
-            await self._prepare(conn)
+        conn = await own_session(self._conninfo, self._prepare)
         await conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
         return conn
 

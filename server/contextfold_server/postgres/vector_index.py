@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 from psycopg import sql
 
+from .priority import own_session
 from .schema import SCHEMA
 
 logger = logging.getLogger(__name__)
@@ -200,10 +201,7 @@ class VectorIndexes:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_BUILD_LOCK,))
 
     async def _connect(self) -> psycopg.AsyncConnection:
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-        if self._prepare is not None:
-            await self._prepare(conn)
-        return conn
+        return await own_session(self._conninfo, self._prepare)
 
     async def _start_up(self) -> None:
         async with await self._connect() as conn:
