@@ -829,6 +829,61 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
 
 
+def test_each_found_entry_is_weighed_by_bm25_over_the_questions_words_whatever_its_length(postgres: Postgres) -> None:
+    """`word_matches` weighs an entry by the question's words it holds, each as often as it holds it (BM25: k1 0.9,
+    b 0.4, over the entry's own count of words, as a share of an entry holding every word once), however many other
+    words it holds: the words are cut to the question's before they are weighed (migration 21)."""
+    contents = {
+        "short": "The ferry to Tavira leaves at noon",
+        "again": "Ferry, ferry, ferry: the Tavira ferry is late",
+        "long": "Tavira " + " ".join(f"word{n}" for n in range(400)) + " and the ferry",
+        "other": "Nothing about boats here",
+    }
+    asyncio.run(migrate(postgres.url))
+    words, idf, mean = ["ferri", "tavira"], [2.0, 0.5], 9.0
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute(
+            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES ('bm25', 's', '', 3)"
+        )
+        for memory_id, content in contents.items():
+            conn.execute(
+                "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding)"
+                " VALUES ('bm25', %s, 's', %s, 3, '[1,0,0]')",
+                (memory_id, content),
+            )
+        counts = {
+            memory_id: dict(
+                conn.execute(
+                    "SELECT lexeme, cardinality(positions) FROM unnest(to_tsvector('english', %s))", (content,)
+                ).fetchall()
+            )
+            for memory_id, content in contents.items()
+        }
+        conn.commit()
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', 'bm25', true)")
+        found = dict(
+            conn.execute(
+                "SELECT * FROM contextfold.word_matches(%s, %s, %s, %s, NULL, %s, array[]::text[], '', '', '', 20)",
+                (words, words, idf, mean, ["s"]),
+            ).fetchall()
+        )
+
+    def bm25(held: dict[str, int]) -> float:
+        length = len(held)
+        weighed = sum(
+            weight * held[word] * 1.9 / (held[word] + 0.9 * (0.6 + 0.4 * length / mean))
+            for word, weight in zip(words, idf, strict=True)
+            if word in held
+        )
+        return weighed / sum(idf)
+
+    assert set(found) == {"short", "again", "long"}
+    for memory_id, weight in found.items():
+        assert weight == pytest.approx(bm25(counts[memory_id]), rel=1e-9), memory_id
+    assert counts["again"]["ferri"] == 4 and found["again"] > found["short"] > found["long"]
+
+
 def test_the_word_matches_are_read_by_their_keys_in_a_store_with_no_statistics_yet(fresh_postgres: Postgres) -> None:
     """A store written a moment ago has no planner statistics until autovacuum's turn: the words' statement still
     reads each entry `word_matches` found by its key, rather than every entry of the scope to join them to."""
