@@ -897,11 +897,10 @@ def test_the_word_matches_are_read_by_their_keys_in_a_store_with_no_statistics_y
     )
     scope = Scope(user_id="ana")
     where, params = entries_where(scope, None)
-    scoped, _ = entries_where(scope, None, live=False)
     params |= {"namespace": namespace, "names": ["s"], "exclude": [], "live_at": datetime.now(UTC)}
     params |= {"vector": np.asarray([1, 0, 0], dtype=np.float32), "scope": ["ana", "", ""], "named": []}
     params |= {"words": "When does Thaddeus take the ferry?", "lexical": 20}
-    statement = words_statement(3, "word_matches", where, scoped, beside=False, filtered=False)
+    statement = words_statement(3, "word_matches", where, beside=False, filtered=False)
     with psycopg.connect(fresh_postgres.url, row_factory=dict_row) as conn:
         register_vector(conn)
         conn.execute("SET ROLE contextfold_service")
@@ -911,6 +910,49 @@ def test_the_word_matches_are_read_by_their_keys_in_a_store_with_no_statistics_y
     assert found == ["t7"]
     # The match read by its key, not found again among every entry of the scope that a hash is built of.
     assert read.get("memories_pkey") == 1, f"the entries read through each index: {read}"
+
+
+@pytest.mark.parametrize("analyzed", [True, False], ids=["with statistics", "before any"])
+def test_the_words_statement_planned_once_for_a_connection_reads_the_scopes_own_entries(
+    fresh_postgres: Postgres, analyzed: bool
+) -> None:
+    """The default's words statement runs with a plan made once per connection (`GENERIC_PLAN`), for no values in
+    particular: the scope's sample its words are weighed among (one of five conversations of 552 turns, each written
+    whole before the next, as bench/locomo.py stores LoCoMo's) must still be read through the scope's own index, not
+    filtered out of the store's entries, with the planner's statistics and before it has any (a store written a
+    moment ago: inline, the sample read all 2,760 entries of the store at each run); migration 22, `scope_sample`.
+    The match is found through the words' index and read by its key, its neighbours by theirs."""
+    namespace = "words-planned-once"
+    asyncio.run(migrate(fresh_postgres.url))
+    with psycopg.connect(fresh_postgres.url, autocommit=True) as owner:
+        owner.execute("ALTER TABLE contextfold.memories SET (autovacuum_enabled = false)")
+        owner.execute(
+            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES (%s, 's', '', 384)",
+            (namespace,),
+        )
+        # Turns of LoCoMo's size: a sentence or two, and a vector of the local model's 384 dimensions.
+        owner.execute(
+            "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding, user_id)"
+            " SELECT %s, 't' || g, 's', CASE WHEN g = 700 THEN 'Thaddeus booked the ferry'"
+            " ELSE 'Turn ' || g || ': we talked about the plan again, and the week ahead, and how it went.' END, 384,"
+            " array_fill(0.05, ARRAY[384])::vector, 'u' || ((g - 1) / 552)"
+            " FROM generate_series(1, 2760) AS g ORDER BY g",
+            (namespace,),
+        )
+        if analyzed:
+            owner.execute("ANALYZE contextfold.memories")
+    where, params = entries_where(Scope(user_id="u1"), None)
+    params |= {"namespace": namespace, "names": ["s"], "exclude": [], "live_at": datetime.now(UTC), "seeds": 20}
+    params |= {"vector": np.full(384, 0.05, dtype=np.float32), "scope": ["u1", "", ""], "named": ["Thaddeus"]}
+    params |= {"words": "When does Thaddeus take the ferry?", "lexical": 20}
+    statement = words_statement(384, "word_matches", where, beside=True, filtered=False)
+    found, read = planned_once(fresh_postgres.url, namespace, statement, params)
+    matched = [row for row in found if row["id"] is not None and row["beside"] is None]
+    assert [row["id"] for row in matched] == ["t700"]
+    assert found[0]["sampled"] == 552 and found[0]["unknown"] == 0
+    assert sorted(row["id"] for row in found if row["beside"] == "t700") == ["t699", "t701"]
+    assert "memories_by_store" not in read, read
+    assert read.get("memories_by_user_id", 0) < 6 * 2760 / 2, f"the entries each index gave over six runs: {read}"
 
 
 def test_the_entries_written_are_analyzed_a_moment_later_not_at_autovacuums_turn(

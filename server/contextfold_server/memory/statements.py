@@ -138,7 +138,8 @@ _EXACT_DISTANCE = "(m.embedding <=> %(vector)b)::float8"
 
 # The query's words (the entries' `lexemes`: English stemming, names and numbers kept whole), each
 # weighed by how many of the caller's entries hold it, as BM25 weighs a word (ln(1 + (n - holders + 0.5)
-# / (holders + 0.5))), among up to 1,000 of them read (the scope's, `{scoped}`), with their mean length
+# / (holders + 0.5))), among up to 1,000 of them read (the scope's, `scope_sample`: migration 22, planned for the
+# call's scope inside a statement planned once per connection, `GENERIC_PLAN`), with their mean length
 # in words; and the words that find entries: those that tell entries apart, held by at most a tenth of
 # those read and at most 200. When the 1,000 are a sample of more, a word held by at most 5 of them is
 # counted by `word_matches` among all, and finds entries if at most 200 hold it. A word most entries
@@ -148,8 +149,8 @@ _WEIGHED_WORDS = (
     " SELECT DISTINCT t.lexeme AS word, plainto_tsquery('simple', t.lexeme) AS query"
     " FROM unnest(to_tsvector('english', %(words)s)) AS t"
     "), sample AS MATERIALIZED ("
-    " SELECT m.lexemes FROM {memories} m WHERE m.namespace = %(namespace)s"
-    " AND m.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})){scoped} LIMIT 1000"
+    " SELECT s.lexemes FROM {sample}(%(namespace)s, ARRAY(SELECT name FROM known WHERE dimension = {dim}),"
+    " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], 1000) AS s"
     "), sampled AS MATERIALIZED ("
     " SELECT count(*) AS size, coalesce(avg(length(s.lexemes)), 1)::float8 AS mean_length FROM sample s"
     "), weighed AS MATERIALIZED ("
@@ -219,10 +220,10 @@ def candidates_statement(
 
 
 @functools.lru_cache(maxsize=128)
-def words_statement(dimension: int, lexical: str, where: str, scoped: str, beside: bool, filtered: bool) -> str:
+def words_statement(dimension: int, lexical: str, where: str, beside: bool, filtered: bool) -> str:
     """The statement reading up to `%(lexical)s` entries that share the words of `%(words)s` among the
     stores of the dimension, as `lexical` (a function's name) weighs them: `word_matches` (every word,
-    weighed as BM25 does among the entries of `scoped`, the scope's conditions: `_WEIGHED_WORDS`) or
+    weighed as BM25 does among the entries of `%(scope)s`, read by `scope_sample`: `_WEIGHED_WORDS`) or
     `rare_word_matches` (the rare ones); each entry with its distance and its words' weight (`lexical`).
     Under `word_matches`, its first row also says (`named`, `unknown`, `sampled`) how many of
     `%(named)s` (a question's names; a name that is only a stopword does not count) none of the entries
@@ -230,7 +231,9 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
     on a row of its own when no entry matches (`unknown_share`). With `beside` (under `word_matches`),
     the neighbours of every entry found come too, as `candidates_statement` reads them (each entry whose
     neighbours were looked for `seeded`; `filtered` when `where` holds a filter). Of each entry's content, what
-    the weighing reads. Each entry found is read by its key on its own (`_EACH_FOUND`). Composed once per shape."""
+    the weighing reads. Each entry found is read by its key on its own (`_EACH_FOUND`). Composed once per shape.
+    Under `word_matches` and no filter, its plan may be made once per connection (`GENERIC_PLAN`): what depends on
+    the values (the scope's sample, the words' matches) is read by functions planned for each call's."""
     weighed = (
         " SELECT m.*, matched.weight AS lexical"
         " FROM asked CROSS JOIN {function}(asked.finding, asked.words, asked.idf, asked.mean_length, asked.most,"
@@ -266,7 +269,7 @@ def words_statement(dimension: int, lexical: str, where: str, scoped: str, besid
             function=sql.Identifier(SCHEMA, lexical),
             dim=sql.Literal(dimension),
             where=sql.SQL(where),
-            scoped=sql.SQL(scoped),
+            sample=sql.Identifier(SCHEMA, "scope_sample"),
             distance=sql.SQL(_EXACT_DISTANCE),
         )
         .as_string(None)

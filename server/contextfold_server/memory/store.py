@@ -282,11 +282,14 @@ class PostgresMemoryStore:
             part_read = candidates_statement(dimension, where, each_store)
             reads += [Read(part_read, params | {"vector": np.asarray(v, dtype=np.float32)}, settings) for v in parts]
         # The words are weighed among the scope's entries, whatever the filter; so are the names.
-        scoped, _ = entries_where(scope, None, live=False)
         ahead = seeds > 0 and words == "word_matches"
         if lexical:
-            matching = words_statement(dimension, words, where, scoped, beside=ahead, filtered=filtered)
-            reads.append(Read(matching, params | {"words": query.text, "lexical": lexical, "named": list(names)}))
+            matching = words_statement(dimension, words, where, beside=ahead, filtered=filtered)
+            # Planned once per connection (0.4 ms of each question): what depends on the values is read by functions
+            # planned for each call's. A filter's conditions are the statement's own, planned for their values.
+            planned = GENERIC_PLAN if words == "word_matches" and not filtered else None
+            asked = {"words": query.text, "lexical": lexical, "named": list(names)}
+            reads.append(Read(matching, params | asked, planned))
         # The nearest and the words are read side by side when a second connection is spare: Postgres plans
         # and runs each in its own process, and the call waits for the longer rather than for both.
         rows, *read = await self.read_all(namespace, reads, apart=True)
