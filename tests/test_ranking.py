@@ -784,24 +784,34 @@ def entries_read_by_index(conn: psycopg.Connection) -> dict[str, int]:
     )
 
 
-def ten_thousand_entries(url: str, namespace: str, content: str, analyzed: bool = True, **columns: str) -> None:
-    """A store `s` (dimension 3) of 10,000 entries `g` = 1.., each `content` and `columns` (SQL of `g`); unless
-    `analyzed`, with no planner statistics (as a store written a moment ago has until autovacuum's turn)."""
+def a_store_of_entries(
+    url: str,
+    namespace: str,
+    content: str,
+    analyzed: bool = True,
+    count: int = 10_000,
+    dimension: int = 3,
+    **columns: str,
+) -> None:
+    """A store `s` of `dimension` (each entry's vector the first axis) holding `count` entries `g` = 1.., each
+    `content` and `columns` (SQL of `g`), written in that order; unless `analyzed`, with no planner statistics (as a
+    store written a moment ago has until autovacuum's turn)."""
     asyncio.run(migrate(url))
     names = "".join(f", {column}" for column in columns)
     values = "".join(f", {value}" for value in columns.values())
+    vector = "[1" + ",0" * (dimension - 1) + "]"
     with psycopg.connect(url, autocommit=True) as owner:
         if not analyzed:
             owner.execute("ALTER TABLE contextfold.memories SET (autovacuum_enabled = false)")
         owner.execute(
-            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES (%s, 's', '', 3)",
-            (namespace,),
+            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES (%s, 's', '', %s)",
+            (namespace, dimension),
         )
         owner.execute(
             f"INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding{names})"
-            f" SELECT %s, 't' || g, 's', {content}, 3, '[1,0,0]'{values}"
-            " FROM generate_series(1, 10000) AS g ORDER BY g",
-            (namespace,),
+            f" SELECT %s, 't' || g, 's', {content}, %s, %s{values}"
+            " FROM generate_series(1, %s) AS g ORDER BY g",
+            (namespace, dimension, vector, count),
         )
         if analyzed:
             owner.execute("ANALYZE contextfold.memories")
@@ -810,7 +820,7 @@ def ten_thousand_entries(url: str, namespace: str, content: str, analyzed: bool 
 def test_the_words_are_found_through_their_index_whatever_a_connection_asked_first(postgres: Postgres) -> None:
     """`word_matches` is planned for each call's values: a plan kept from a connection's first call (the
     warm-up's, which names no word and no store) read every entry of a full namespace to find one word."""
-    ten_thousand_entries(
+    a_store_of_entries(
         postgres.url,
         "words",
         "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
@@ -888,7 +898,7 @@ def test_the_word_matches_are_read_by_their_keys_in_a_store_with_no_statistics_y
     """A store written a moment ago has no planner statistics until autovacuum's turn: the words' statement still
     reads each entry `word_matches` found by its key, rather than every entry of the scope to join them to."""
     namespace = "unanalyzed"
-    ten_thousand_entries(
+    a_store_of_entries(
         fresh_postgres.url,
         namespace,
         "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
@@ -923,27 +933,20 @@ def test_the_words_statement_planned_once_for_a_connection_reads_the_scopes_own_
     moment ago: inline, the sample read all 2,760 entries of the store at each run); migration 22, `scope_sample`.
     The match is found through the words' index and read by its key, its neighbours by theirs."""
     namespace = "words-planned-once"
-    asyncio.run(migrate(fresh_postgres.url))
-    with psycopg.connect(fresh_postgres.url, autocommit=True) as owner:
-        owner.execute("ALTER TABLE contextfold.memories SET (autovacuum_enabled = false)")
-        owner.execute(
-            "INSERT INTO contextfold.stores (namespace, name, description, dimension) VALUES (%s, 's', '', 384)",
-            (namespace,),
-        )
-        # Turns of LoCoMo's size: a sentence or two, and a vector of the local model's 384 dimensions.
-        owner.execute(
-            "INSERT INTO contextfold.memories (namespace, id, store, content, dimension, embedding, user_id)"
-            " SELECT %s, 't' || g, 's', CASE WHEN g = 700 THEN 'Thaddeus booked the ferry'"
-            " ELSE 'Turn ' || g || ': we talked about the plan again, and the week ahead, and how it went.' END, 384,"
-            " array_fill(0.05, ARRAY[384])::vector, 'u' || ((g - 1) / 552)"
-            " FROM generate_series(1, 2760) AS g ORDER BY g",
-            (namespace,),
-        )
-        if analyzed:
-            owner.execute("ANALYZE contextfold.memories")
+    # Turns of LoCoMo's size: a sentence or two, and a vector of the local model's 384 dimensions.
+    a_store_of_entries(
+        fresh_postgres.url,
+        namespace,
+        "CASE WHEN g = 700 THEN 'Thaddeus booked the ferry'"
+        " ELSE 'Turn ' || g || ': we talked about the plan again, and the week ahead, and how it went.' END",
+        analyzed=analyzed,
+        count=2760,
+        dimension=384,
+        user_id="'u' || ((g - 1) / 552)",
+    )
     where, params = entries_where(Scope(user_id="u1"), None)
     params |= {"namespace": namespace, "names": ["s"], "exclude": [], "live_at": datetime.now(UTC), "seeds": 20}
-    params |= {"vector": np.full(384, 0.05, dtype=np.float32), "scope": ["u1", "", ""], "named": ["Thaddeus"]}
+    params |= {"vector": np.eye(384, dtype=np.float32)[0], "scope": ["u1", "", ""], "named": ["Thaddeus"]}
     params |= {"words": "When does Thaddeus take the ferry?", "lexical": 20}
     statement = words_statement(384, "word_matches", where, beside=True, filtered=False)
     found, read = planned_once(fresh_postgres.url, namespace, statement, params)
@@ -1006,7 +1009,7 @@ def test_the_entries_written_are_analyzed_a_moment_later_not_at_autovacuums_turn
         server.stop()
 
 
-# Ten thousand entries (`ten_thousand_entries`) and two of them with their neighbours, in each of the two orders.
+# Ten thousand entries (`a_store_of_entries`) and two of them with their neighbours, in each of the two orders.
 NEIGHBOURS_AT_SCALE = pytest.mark.parametrize(
     ("namespace", "column", "value", "beside"),
     [
@@ -1025,7 +1028,7 @@ def test_the_neighbours_planned_once_for_a_connection_still_walk_the_neighbours_
     """The neighbours' statement runs with a plan made once per connection (`GENERIC_PLAN`), for no
     values in particular: it must still take each id's row by its key and one step of the neighbours'
     index to each side, however many entries the namespace holds, in sessions or in an author's order."""
-    ten_thousand_entries(postgres.url, namespace, "'turn ' || g", **{column: value})
+    a_store_of_entries(postgres.url, namespace, "'turn ' || g", **{column: value})
     where, params = entries_where(Scope(), None)
     params |= {"namespace": namespace, "exclude": [], "live_at": datetime.now(UTC), "ids": sorted(beside)}
     params["vector"] = np.asarray([1, 0, 0], dtype=np.float32)
@@ -1045,7 +1048,7 @@ def test_the_neighbours_function_planned_once_for_a_connection_walks_the_neighbo
     keeps one plan for a connection, made for no values in particular: a call after a first one for another
     namespace still takes each id's row by its key and one step of the neighbours' index to each side."""
     namespace += "-by-function"
-    ten_thousand_entries(postgres.url, namespace, "'turn ' || g", **{column: value})
+    a_store_of_entries(postgres.url, namespace, "'turn ' || g", **{column: value})
     call = (
         "SELECT beside, id FROM contextfold.neighbours_of(%s, ARRAY(SELECT ROW(e.id, e.store, e.session_id, e.user_id,"
         " e.agent_id, e.seq)::contextfold.seed FROM contextfold.memories e WHERE e.namespace = %s AND e.id = ANY(%s)),"
