@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Before gRPC is imported, which reads it once: gRPC's fork handlers off. This process forks with channels busy
+# whenever a module starts or restarts a Postgres of its own (its programs run as a system user, so `subprocess`
+# forks where it would otherwise vfork), and gRPC (1.80 on) then restarts its poller in the child, which aborts
+# before it execs when `subprocess` closes the poller's descriptor: a module's Postgres failed to start, about one
+# fork in thirty (grpc/grpc#43055). Nothing here uses gRPC in a forked child: every child execs.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+if "grpc" in sys.modules:
+    raise RuntimeError("gRPC was imported before tests/conftest.py could turn its fork handlers off")
+
 import contextlib
 import subprocess
 from collections.abc import Callable, Iterator
