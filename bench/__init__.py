@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
-# gRPC's fork handlers off, before gRPC is imported: a benchmark forks with channels busy when it starts a Postgres
-# of its own, as the tests do (tests/conftest.py says why that can abort the child).
-if "grpc" in sys.modules and os.environ.get("GRPC_ENABLE_FORK_SUPPORT") != "0":
-    raise RuntimeError("gRPC was imported before bench/__init__.py could turn its fork handlers off")
+# gRPC's fork handlers off, before gRPC is imported (`python -m bench.NAME` imports this first): a benchmark forks
+# with channels busy when it starts a Postgres of its own, as the tests do (tests/conftest.py says why that can abort
+# the child).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import argparse
