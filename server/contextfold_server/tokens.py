@@ -157,18 +157,16 @@ def _blank_line_tokens() -> int:
 
 
 class CallTokens:
-    """One call's token counter: `count_tokens_in_turns` in the call's tenant's turns, each long text counted once
+    """One call's token counter: `count_tokens_in_turns` in the call's tenant's turns, each text counted once
     though the fold asks for it twice, on a blank line of its own (its budget: a block that follows text) and
     without (the block's own count in the report). A blank line before text is a piece of its own (`_CUT`): its
-    count adds to the text's."""
+    count adds to the text's. (A block of five LoCoMo turns, 735 characters: 0.10 ms counted twice, 0.05 ms once.)"""
 
     def __init__(self, namespace: str) -> None:
         self._namespace = namespace
         self._counted: list[tuple[str, int]] = []
 
     async def __call__(self, text: str) -> int:
-        if len(text) <= _COUNT_ON_THE_LOOP:
-            return count_tokens(text)
         for counted, tokens in self._counted:
             if counted == text:
                 return tokens
@@ -176,7 +174,11 @@ class CallTokens:
                 return tokens + _blank_line_tokens()
             if _on_a_blank_line(counted, text):
                 return tokens - _blank_line_tokens()
-        tokens = await count_tokens_in_turns(self._namespace, text)
+        tokens = (
+            count_tokens(text)
+            if len(text) <= _COUNT_ON_THE_LOOP
+            else await count_tokens_in_turns(self._namespace, text)
+        )
         self._counted.append((text, tokens))
         return tokens
 
