@@ -174,11 +174,7 @@ class CallTokens:
                 return tokens + _blank_line_tokens()
             if _on_a_blank_line(counted, text):
                 return tokens - _blank_line_tokens()
-        tokens = (
-            count_tokens(text)
-            if len(text) <= _COUNT_ON_THE_LOOP
-            else await count_tokens_in_turns(self._namespace, text)
-        )
+        tokens = await count_tokens_in_turns(self._namespace, text)
         self._counted.append((text, tokens))
         return tokens
 
