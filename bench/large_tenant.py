@@ -2,11 +2,15 @@
 
 Two tenants on one server (keys). The small tenant keeps 2,000 entries (embedded by the
 server's model, bench/corpus.py) in one store, half of them tagged `{"topic": "work"}`, and
-searches them with supplied query vectors: plain, filtered by the tag, and scoped to one of
-its users. Its p50 is measured alone, then again once the large tenant has filled a store of
-the same dimension with `--entries` entries (blends of the same base: the same manifold, no
-duplicates). The large tenant's own plain search is measured beside it. Target: the small
-tenant's p50 with the neighbour <= 1.2 x without it, for each kind of search.
+searches them with supplied query vectors: plain, filtered by the tag, scoped to one of its
+users, and with the question's words beside its vector (the default weighs them: each word's
+holders looked up in the words' index). Its p50 is measured alone, then again once the large
+tenant has filled a store of the same dimension with `--entries` entries (blends of the same
+base: the same manifold, no duplicates; each with the texts of the two entries it blends, as
+bench/corpus.py writes them, so the large tenant holds every word the small one does, a hundred
+times over at 100,000). The large
+tenant's own plain search is measured beside it. Target: the small tenant's p50 with the
+neighbour <= 1.2 x without it, for each kind of search.
 
     .venv/bin/python -m bench.large_tenant                  # (make bench)
     .venv/bin/python -m bench.large_tenant --entries 20000
@@ -51,20 +55,29 @@ KINDS = {
     "plain": {},
     "filtered (topic = work)": {"filter": {"topic": "work"}},
     "one user's entries": {"scope": {"user_id": "user-3"}},
+    "with the question's words": {},
 }
+# The kinds that send the question's text beside its vector.
+WORDED = ("with the question's words",)
 
 
 def searches(
-    cf: Client, store: str, queries: np.ndarray, calls: int, kinds: tuple[str, ...] = tuple(KINDS)
+    cf: Client,
+    store: str,
+    questions: list[str],
+    queries: np.ndarray,
+    calls: int,
+    kinds: tuple[str, ...] = tuple(KINDS),
 ) -> dict[str, float]:
-    """p50 (ms) of each kind of search, `calls` of each, over the queries in turn."""
+    """p50 (ms) of each kind of search, `calls` of each, over the queries (`questions`, embedded) in turn."""
     figures = {}
     for kind in kinds:
         options = KINDS[kind]
         samples = []
         for n in range(calls + WARM):
+            text = questions[n % len(queries)] if kind in WORDED else ""
             started = time.perf_counter()
-            found = cf.search_memories(stores=[store], query_vector=queries[n % len(queries)].tolist(), **options)
+            found = cf.search_memories(text, stores=[store], query_vector=queries[n % len(queries)].tolist(), **options)
             if n >= WARM:
                 samples.append(time.perf_counter() - started)
             assert found, f"{kind}: no results"
@@ -82,15 +95,15 @@ def settled(url: str) -> None:
             time.sleep(0.5)
 
 
-def fill(cf: Client, store: str, vectors: np.ndarray) -> float:
+def fill(cf: Client, store: str, contents: list[str], vectors: np.ndarray) -> float:
     """The large tenant's entries, in batches; the wall time."""
     started = time.perf_counter()
     for start in range(0, len(vectors), BATCH):
         cf.add_memories(
             store,
             [
-                {"content": f"neighbour entry {start + i}", "vector": v.tolist()}
-                for i, v in enumerate(vectors[start : start + BATCH])
+                {"content": content, "vector": v.tolist()}
+                for content, v in zip(contents[start : start + BATCH], vectors[start : start + BATCH], strict=True)
             ],
         )
     return time.perf_counter() - started
@@ -101,8 +114,10 @@ def main() -> None:
     if args.entries == 10_000 and not args.quick:
         args.entries = 100_000
     texts, vectors = corpus.entries(SMALL, SMALL)
-    queries = corpus.embed(corpus.questions(200), "questions")
-    *_, blends = corpus.blends(vectors, args.entries, np.random.default_rng(9))
+    questions = corpus.questions(200)
+    queries = corpus.embed(questions, "questions")
+    first, second, blends = corpus.blends(vectors, args.entries, np.random.default_rng(9))
+    contents = [f"{texts[i]} Also: {texts[j]}" for i, j in zip(first, second, strict=True)]
     with tempfile.TemporaryDirectory() as scratch:
         database = Postgres(Path(scratch) / "pgdata")
         server = start_server(
@@ -120,14 +135,14 @@ def main() -> None:
                         "notes", small_entries(texts[start : start + BATCH], vectors[start : start + BATCH])
                     )
                 large.create_store("archive")
-                large.add_memories("archive", [{"content": "first", "vector": blends[0].tolist()}])
+                large.add_memories("archive", [{"content": contents[0], "vector": blends[0].tolist()}])
                 settled(database.url)
-                alone = searches(small, "notes", queries, args.calls)
-                seconds = fill(large, "archive", blends[1:])
+                alone = searches(small, "notes", questions, queries, args.calls)
+                seconds = fill(large, "archive", contents[1:], blends[1:])
                 print(f"the large tenant added {args.entries:,} entries in {seconds:.0f} s")
                 settled(database.url)
-                beside = searches(small, "notes", queries, args.calls)
-                own = searches(large, "archive", queries, args.calls, ("plain",))
+                beside = searches(small, "notes", questions, queries, args.calls)
+                own = searches(large, "archive", questions, queries, args.calls, ("plain",))
         finally:
             server.stop()
             database.cleanup()

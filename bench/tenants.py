@@ -68,9 +68,12 @@ LONG_TEXT = (
 Work = Callable[[str, str, Event, "Synchronized[int]"], None]
 
 
-def keys(data_dir: Path, namespace: str) -> str:
+def keys(database: Path | str, namespace: str) -> str:
+    """A new admin key of `namespace`, made by `contextfold keys` in the service's Postgres: `database` is the
+    server's data directory (its embedded Postgres) or the URL of a Postgres of its own."""
+    where = ["--database-url", database] if isinstance(database, str) else ["--data-dir", str(database)]
     done = subprocess.run(
-        [*SERVE[:-1], "keys", "--data-dir", str(data_dir), "create", "--namespace", namespace, "--role", "admin"],
+        [*SERVE[:-1], "keys", *where, "create", "--namespace", namespace, "--role", "admin"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     return json.loads(done.stdout)["key"]

@@ -43,6 +43,7 @@ from contextfold_server.postgres.migrations import latest_version, migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
 
 from harness.messages import assistant, unique, user
 from harness.polling import wait_for
@@ -487,9 +488,9 @@ def test_the_lexical_index_is_added_to_an_existing_database_and_finds_its_entrie
             versions = [row[0] for row in conn.execute("SELECT version FROM contextfold.migrations ORDER BY 1")]
             assert versions[-1] == latest_version()
             index = conn.execute(
-                "SELECT indexdef FROM pg_indexes WHERE schemaname = 'contextfold' AND indexname = 'memories_lexemes'"
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = 'contextfold' AND indexname = 'memories_own_words'"
             ).fetchone()
-            assert index is not None and "gin (lexemes)" in index[0]
+            assert index is not None and "own_words(namespace, tsvector_to_array(lexemes))" in index[0]
             assert conn.execute(
                 "SELECT count(*) FROM contextfold.memories WHERE lexemes @@ plainto_tsquery('english', 'INC-9031')"
             ).fetchone() == (1,)
@@ -835,8 +836,51 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
         found = conn.execute(call, (["thaddeus"], ["thaddeus", "ferri"], [5.0, 3.0], 200, ["s"])).fetchall()
         read = entries_read_by_index(conn)
     assert [memory_id for memory_id, _ in found] == ["t7"]
-    assert "memories_lexemes" in read, read
+    assert "memories_own_words" in read, read
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
+
+
+def test_a_tenants_words_and_metadata_are_looked_up_among_its_own_entries_however_many_another_tenant_holds(
+    postgres: Postgres,
+) -> None:
+    """The inverted indexes keep each namespace's entries apart (migration 23): looking up a word, or a metadata
+    value, that one of its 2,000 entries holds, a tenant reads that entry, not the 10,000 of another tenant that hold
+    it too. Through one list for every namespace (`memories_lexemes`, `memories_metadata`), each lookup read the
+    10,001 holders, then kept its own. So do the default's words, hybrid's rare words and a filter's metadata
+    holders."""
+    a_store_of_entries(
+        postgres.url, "a crowd", "'Thaddeus took the ferry to Tavira, trip ' || g", metadata='\'{"topic": "work"}\''
+    )
+    a_store_of_entries(
+        postgres.url,
+        "a few",
+        "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
+        count=2000,
+        metadata="jsonb_build_object('topic', CASE WHEN g = 7 THEN 'work' ELSE 'home' END)",
+    )
+    lookups = {
+        "words": (
+            "SELECT * FROM contextfold.word_matches(%s, %s, %s, 5.0, NULL, %s, array[]::text[], '', '', '', 20)",
+            (["thaddeus", "ferri"], ["thaddeus", "ferri"], [3.0, 3.0], ["s"]),
+        ),
+        "rare words": (
+            "SELECT * FROM contextfold.rare_word_matches(%s, %s, array[]::text[], '', '', '', 20)",
+            ("Who booked the ferry, Thaddeus?", ["s"]),
+        ),
+        "metadata": ("SELECT contextfold.metadata_holders(%s::jsonb[])", ([Jsonb({"topic": "work"})],)),
+    }
+    found, read = {}, {}
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', 'a few', true)")
+        for name, (call, params) in lookups.items():
+            before = entries_read_by_index(conn)
+            found[name] = [row[0] for row in conn.execute(call, params).fetchall()]
+            read[name] = {index: n - before.get(index, 0) for index, n in entries_read_by_index(conn).items()}
+    assert found == {"words": ["t7"], "rare words": ["t7"], "metadata": ["t7"]}
+    # Its own entries it may read through its namespace's btree indexes too: those hold no other namespace's.
+    inverted = {"words": "memories_own_words", "rare words": "memories_own_words", "metadata": "memories_own_metadata"}
+    assert all(0 < read[name].get(index, 0) < 100 for name, index in inverted.items()), f"read by each index: {read}"
 
 
 def test_each_found_entry_is_weighed_by_bm25_over_the_questions_words_whatever_its_length(postgres: Postgres) -> None:
