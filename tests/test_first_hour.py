@@ -71,6 +71,24 @@ def test_a_malformed_read_replica_url_is_refused_as_its_own_option() -> None:
     assert "--database-read-url" in line and "Traceback" not in ended.stderr
 
 
+def test_a_database_url_given_as_the_data_directory_is_refused_before_a_directory_is_made(tmp_path) -> None:
+    """`--data-dir postgresql://…` (an easy slip for `--database-url`) is refused in one line naming the option
+    to use, by `contextfold serve` and by the operator's commands, with no directory made of the URL's name,
+    and nothing of the URL echoed (it may hold a password)."""
+    url = "postgresql://someone:secret@127.0.0.1:5432/memory"
+    run = {"capture_output": True, "text": True, "cwd": tmp_path, "timeout": 60}
+    served = subprocess.run([*SERVE, "--data-dir", url], **run)
+    keys = subprocess.run([*SERVE[:-1], "keys", "--data-dir", url, "list"], **run)
+    from_environment = serve(env={"CONTEXTFOLD_DATA_DIR": url})
+    refusal = "error: --data-dir is a database URL, not a directory: give it as --database-url\n"
+    assert served.returncode == keys.returncode == from_environment.returncode == 2
+    assert served.stderr == "contextfold serve: " + refusal
+    assert keys.stderr == refusal
+    assert from_environment.stderr.startswith("contextfold serve: error: CONTEXTFOLD_DATA_DIR is a database URL")
+    assert "secret" not in served.stderr + keys.stderr + from_environment.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_unreachable_database_is_tried_with_backoff_said_in_a_line_each_and_given_up_when_asked(tmp_path) -> None:
     closed = free_port()
     port = free_port()

@@ -19,7 +19,7 @@ from typing import Any
 from .access.quotas import DEFAULT_QUOTA, Quota
 from .engine.ranking import DEFAULT_RANKING, Ranking
 from .memory.reranker import RERANKER_APIS
-from .postgres.conninfo import url_problem
+from .postgres.conninfo import a_url_for_a_directory, url_problem
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
 from .postgres.vector_index import OWN_INDEX_ENTRIES
@@ -472,6 +472,13 @@ def parse_config(argv: list[str] | None = None) -> Config:
     if args.database_wait_seconds < 0:
         refuse("--database-wait-seconds must be 0 (wait for as long as it takes) or more")
     given = sys.argv[1:] if argv is None else argv
+
+    def named(flag: str) -> str:
+        """`flag` when the command line gives it, else the environment variable its value came from."""
+        return flag if any(word == flag or word.startswith(flag + "=") for word in given) else variable_of(flag)
+
+    if a_url_for_a_directory(args.data_dir):
+        refuse(f"{named('--data-dir')} is a database URL, not a directory: give it as --database-url")
     urls = [
         ("--database-url", [args.database_url]),
         ("--database-migration-url", [args.database_migration_url]),
@@ -480,9 +487,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     for flag, values in urls:
         for url in values:
             if url and (problem := url_problem(url)):
-                named = any(word == flag or word.startswith(flag + "=") for word in given)
-                source = flag if named else variable_of(flag)
-                refuse(f"{source} is not a database URL libpq can read: {problem}")
+                refuse(f"{named(flag)} is not a database URL libpq can read: {problem}")
     return Config(
         host=args.host,
         port=args.port,

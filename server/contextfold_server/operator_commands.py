@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 
+from .postgres.conninfo import a_url_for_a_directory
 from .postgres.embedded import DataDirInUse, EmbeddedPostgres, default_data_dir, running_url
 from .postgres.migrations import migrate
 
@@ -51,6 +52,9 @@ def run_on_database(args: argparse.Namespace, run: Callable[[str], Awaitable[int
 
     if args.database_url:
         return asyncio.run(migrated(args.database_url))
+    if a_url_for_a_directory(args.data_dir):
+        print("error: --data-dir is a database URL, not a directory: give it as --database-url", file=sys.stderr)
+        return 2
     # The embedded Postgres: the running server's, or with none running, one of the command's own
     # (started on this thread, which outlives it: Postgres is told to stop when that thread ends).
     joined = running_url(args.data_dir)

@@ -34,6 +34,12 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def a_url_for_a_directory(data_dir: object) -> bool:
+    """Whether a data directory given is a database URL (`postgresql://…`, which a path reads as
+    `postgresql:/…`): the embedded Postgres would make a directory of that name and start there."""
+    return str(data_dir).startswith(("postgresql:", "postgres:"))
+
+
 def described(url: str) -> str:
     """Where `url` points, as `host=… port=… dbname=… user=…` (what it names of these; no password)."""
     try:
