@@ -89,8 +89,13 @@ def entries(count: int, base: int) -> tuple[list[str], np.ndarray]:
     if extra:
         first, second, mixed = blends(vectors, extra, np.random.default_rng(3))
         vectors = np.vstack([vectors, mixed])
-        texts += [f"{texts[i]} Also: {texts[j]}" for i, j in zip(first, second, strict=True)]
+        texts += blended_texts(texts, first, second)
     return texts, vectors
+
+
+def blended_texts(texts: list[str], first: np.ndarray, second: np.ndarray) -> list[str]:
+    """The text of each blend `blends` makes: the texts of the two entries it joins."""
+    return [f"{texts[i]} Also: {texts[j]}" for i, j in zip(first, second, strict=True)]
 
 
 def blends(vectors: np.ndarray, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,9 +8,8 @@ holders looked up in the words' index). Its p50 is measured alone, then again on
 tenant has filled a store of the same dimension with `--entries` entries (blends of the same
 base: the same manifold, no duplicates; each with the texts of the two entries it blends, as
 bench/corpus.py writes them, so the large tenant holds every word the small one does, a hundred
-times over at 100,000). The large
-tenant's own plain search is measured beside it. Target: the small tenant's p50 with the
-neighbour <= 1.2 x without it, for each kind of search.
+times over at 100,000). The large tenant's own plain search is measured beside it. Target: the
+small tenant's p50 with the neighbour <= 1.2 x without it, for each kind of search.
 
     .venv/bin/python -m bench.large_tenant                  # (make bench)
     .venv/bin/python -m bench.large_tenant --entries 20000
@@ -117,7 +116,7 @@ def main() -> None:
     questions = corpus.questions(200)
     queries = corpus.embed(questions, "questions")
     first, second, blends = corpus.blends(vectors, args.entries, np.random.default_rng(9))
-    contents = [f"{texts[i]} Also: {texts[j]}" for i, j in zip(first, second, strict=True)]
+    contents = corpus.blended_texts(texts, first, second)
     with tempfile.TemporaryDirectory() as scratch:
         database = Postgres(Path(scratch) / "pgdata")
         server = start_server(

@@ -1,16 +1,20 @@
 -- The inverted indexes keep each namespace's entries apart. `memories_lexemes` (migration 10) held one list of
 -- entries for each word, every namespace's entries in it: a tenant's search for a word its few entries hold read
 -- the whole list, another tenant's holders with it (5,523 entries for 263 of its own, docs/deploy.md), and only
--- then kept its own. Each entry's words are now indexed with its namespace's mark (`own_words`: the first 8 hex
--- digits of the namespace's MD5, a space, the word as `lexemes` holds it), so a word's list holds one namespace's
+-- then kept its own. Each entry's words are now indexed with its namespace's mark (`own_words`: the namespace's
+-- `namespace_mark`, a space, the word as `lexemes` holds it), so a word's list holds one namespace's
 -- entries (two namespaces whose marks agree share their lists, and each still reads only its own rows). The
 -- searches that look words up ask the index with the same keys: `word_matches` and `rare_word_matches`, which run
 -- as the schema's owner (row-level security lets no index serve `&&` or `@>`, which are not leakproof, any more
 -- than `@@`) and read the namespace the connection acts for, never another. A word is matched as `lexemes` holds
 -- it, whole.
+-- A namespace's mark in the keys of both inverted indexes: the first 8 hex digits of its name's MD5.
+CREATE FUNCTION contextfold.namespace_mark(p_namespace text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN left(md5(p_namespace), 8);
 CREATE FUNCTION contextfold.own_words(p_namespace text, p_words text[]) RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN ARRAY(SELECT left(md5(p_namespace), 8) || ' ' || w FROM unnest(p_words) AS w);
+RETURN ARRAY(SELECT contextfold.namespace_mark(p_namespace) || ' ' || w FROM unnest(p_words) AS w);
 CREATE INDEX memories_own_words ON contextfold.memories
     USING gin (contextfold.own_words(namespace, tsvector_to_array(lexemes))) WITH (fastupdate = off);
 DROP INDEX contextfold.memories_lexemes;
@@ -111,7 +115,7 @@ $function$;
 -- same mark (a document holds in the metadata exactly when it holds under the mark in the metadata under it).
 CREATE FUNCTION contextfold.own_metadata(p_namespace text, p_metadata jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN jsonb_set('{}', ARRAY[left(md5(p_namespace), 8)], p_metadata);
+RETURN jsonb_set('{}', ARRAY[contextfold.namespace_mark(p_namespace)], p_metadata);
 CREATE INDEX memories_own_metadata ON contextfold.memories
     USING gin (contextfold.own_metadata(namespace, metadata) jsonb_path_ops);
 DROP INDEX contextfold.memories_metadata;
