@@ -152,6 +152,7 @@ lint: $(DEV_READY) $(TS_READY) $(GO_READY)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy client/python/contextfold
 	$(BIN)/mypy server/contextfold_server
+	$(BIN)/mypy bench harness
 	cd $(TS) && npm run --silent build && npm run --silent typecheck
 	@unformatted="$$(gofmt -l client/go)"; if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	$(BIN)/buf lint

@@ -16,6 +16,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from contextfold import Client
 
@@ -30,7 +31,7 @@ def percentile(samples: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def time_calls(cf: Client, calls: int, **options) -> list[float]:
+def time_calls(cf: Client, calls: int, **options: Any) -> list[float]:
     conversation = [{"role": "user", "content": [{"text": "What do I like to drink in the morning?"}]}]
     cf.inject(conversation, **options)  # warm: channels, caches, the model's first run
     samples = []

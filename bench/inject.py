@@ -82,7 +82,8 @@ USERS = 100
 STORE = "bench"
 PROVIDER_DELAY = 0.1
 # What an agent asks when the caller supplies the query vector: its text is not searched with.
-ASK = [{"role": "user", "content": [{"text": "What should I know about this user?"}]}]
+ASKED = "What should I know about this user?"
+ASK = [{"role": "user", "content": [{"text": ASKED}]}]
 BATCH = 64  # texts per AddMemories call with server embedding, and per timed model call
 
 
@@ -702,8 +703,9 @@ def targets(rows: list[Row], recall: dict[int, dict[str, float]], soaked: dict |
             f" {BATCH} at a time on every core, {batch_rate:g} texts/s)"
         )
 
-    def at_most(target: str, measured: Row | None, against: Row | None, bound: float, named: str) -> None:
-        """The target `measured` <= `bound` x `against` at p50, when this run measured both."""
+    def at_most(target: str, measured: Row | None, against: Row | None, bound: float, named: tuple[str, str]) -> None:
+        """The target `measured` <= `bound` x `against` at p50, when this run measured both (`named`: what `against` is
+        called in the target, and beside its figure)."""
         if measured and against:
             share = measured.p50_ms / against.p50_ms
             lines.append(
@@ -907,7 +909,7 @@ class InjectRequestBytes:
         from contextfold.v1 import conversation_pb2, injection_pb2
 
         message = conversation_pb2.Message(
-            role=conversation_pb2.ROLE_USER, content=[conversation_pb2.ContentBlock(text=ASK[0]["content"][0]["text"])]
+            role=conversation_pb2.ROLE_USER, content=[conversation_pb2.ContentBlock(text=ASKED)]
         )
         memory = injection_pb2.MemoryOptions(stores=[STORE], query_vector=data.queries[0].tolist())
         return injection_pb2.InjectRequest(messages=[message], memory=memory).SerializeToString()

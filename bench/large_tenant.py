@@ -88,8 +88,10 @@ def settled(url: str) -> None:
     """Once no autovacuum runs (up to two minutes): a search timed beside one measures the vacuum."""
     with psycopg.connect(url, autocommit=True) as conn:
         for _ in range(240):
-            running = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
-            if not running.fetchone()[0]:
+            running = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            ).fetchone()
+            if not running or not running[0]:
                 return
             time.sleep(0.5)
 
@@ -149,12 +151,14 @@ def main() -> None:
     print(f"the small tenant's search ({SMALL:,} entries) beside a tenant of {args.entries:,} (p50, ms)")
     print(f"{'search':28} {'alone':>8} {'beside':>8} {'ratio':>7}")
     results = []
+    missed = []
     for kind in alone:
         ratio = beside[kind] / alone[kind]
         print(f"{kind:28} {alone[kind]:>8.2f} {beside[kind]:>8.2f} {ratio:>7.2f}")
         results.append({"search": kind, "alone_ms": alone[kind], "beside_ms": beside[kind], "ratio": ratio})
+        if ratio > TARGET_RATIO:
+            missed.append(kind)
     print(f"the large tenant's own plain search: p50 {own['plain']:.2f} ms")
-    missed = [r["search"] for r in results if r["ratio"] > TARGET_RATIO]
     print(
         f"target: the small tenant's p50 <= {TARGET_RATIO:g} x alone:"
         f" {'met' if not missed else 'MISSED by ' + '; '.join(missed)}"

@@ -269,7 +269,7 @@ def prepare(server: ServerProcess, bystander: str, flooder: str) -> None:
         ready = "namespace=<flooding>, dimension=<64> | the namespace's vector index is ready"
         wait_for(lambda: ready in server.log(), 300, what="the bulk store's vector index")
         cf.create_store("heavy", dimension=8)
-        for batch in range(10):
+        for _ in range(10):
             blob = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=15_000))
             cf.add_memories(
                 "heavy",
@@ -316,11 +316,11 @@ def main() -> None:
     )
     results = []
     missed = []
-    for name, measured, alone, during, unit in rows:
+    for name, measured, flood_alone, flood_during, unit in rows:
         p50, p99 = percentile(measured.samples, 0.5), percentile(measured.samples, 0.99)
         health_p99, health_max = percentile(measured.health, 0.99), max(measured.health)
-        kept = None if alone is None or during is None or not alone else during / alone
-        rate = "" if kept is None else f"{alone:8.1f} {during:8.1f} {kept:5.2f} ({unit}/s)"
+        kept = None if flood_alone is None or flood_during is None or not flood_alone else flood_during / flood_alone
+        rate = "" if kept is None else f"{flood_alone:8.1f} {flood_during:8.1f} {kept:5.2f} ({unit}/s)"
         print(
             f"{name:44} {len(measured.samples):>5} {measured.failed:>6} {p50 * 1000:>6.1f} {p50 / alone_p50:>5.2f}"
             f" {p99 * 1000:>7.1f} {p99 / alone_p99:>5.2f} {health_p99 * 1000:>10.1f} {health_max * 1000:>6.1f}   {rate}"
@@ -334,16 +334,16 @@ def main() -> None:
             "p99_ratio": p99 / alone_p99,
             "health_p99_ms": health_p99 * 1000,
             "health_max_ms": health_max * 1000,
-            "flood_rate_alone": alone,
-            "flood_rate_while_asked": during,
+            "flood_rate_alone": flood_alone,
+            "flood_rate_while_asked": flood_during,
             "flood_kept": kept,
         }
         results.append(result)
         if name != "alone" and (
-            result["p99_ratio"] > TARGET_P99
-            or result["p50_ratio"] > TARGET_P50
+            p99 / alone_p99 > TARGET_P99
+            or p50 / alone_p50 > TARGET_P50
             or measured.failed
-            or result["health_p99_ms"] > TARGET_HEALTH_MS
+            or health_p99 * 1000 > TARGET_HEALTH_MS
             or (kept is not None and kept < TARGET_FLOOD)
         ):
             missed.append(name)

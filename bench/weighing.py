@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from contextfold import Client
+from contextfold import Client, InjectResult
 from contextfold_server.engine.weighing import (
     FITTED_SIGNALS,
     GATE_SIGNALS,
@@ -138,7 +138,9 @@ class Question:
         ]
 
 
-def _candidates(result, relevant: Callable[[str], bool], labels: dict[str, str] | None = None) -> list[Candidate]:
+def _candidates(
+    result: InjectResult, relevant: Callable[[str], bool], labels: dict[str, str] | None = None
+) -> list[Candidate]:
     return [
         Candidate(c.id, c.content, dict(c.inputs), relevant(c.id), (labels or {}).get(c.id, ""))
         for c in result.report.candidates
@@ -168,15 +170,15 @@ def collect(cf: Client) -> list[Question]:
                         locomo.CATEGORIES[question.category],
                         len(evidence),
                     )
-                    asked.candidates = _candidates(result, lambda id_, e=evidence, i=ids: i.get(id_, "") in e, ids)
+                    asked.candidates = _candidates(result, functools.partial(_labelled, ids, evidence), ids)
                     questions.append(asked)
     sets = [LabelledSet.load(name) for name in SET_NAMES]
     off_topic = json.loads(OFF_TOPIC.read_text())["questions"]
     for labelled in sets:
-        for store in labelled.stores:
-            name = f"{labelled.name}.{store['name']}"
-            cf.create_store(name, description=store["description"])
-            entries = store["entries"]
+        for kept in labelled.stores:
+            name = f"{labelled.name}.{kept['name']}"
+            cf.create_store(name, description=kept["description"])
+            entries = kept["entries"]
             for start in range(0, len(entries), 64):
                 cf.add_memories(name, [{"id": e["id"], "content": e["content"]} for e in entries[start : start + 64]])
     for index, labelled in enumerate(sets):
@@ -188,9 +190,14 @@ def collect(cf: Client) -> list[Question]:
         for text, relevant, category in asked_of:
             result = cf.inject([user(text)], stores=stores, max_entries=ASKED, explain=True)
             asked = Question(labelled.name, "own", category, len(relevant))
-            asked.candidates = _candidates(result, lambda id_, r=frozenset(relevant): id_ in r)
+            asked.candidates = _candidates(result, frozenset(relevant).__contains__)
             questions.append(asked)
     return questions
+
+
+def _labelled(ids: dict[str, str], evidence: frozenset[str], entry: str) -> bool:
+    """Whether the entry stored under `entry` is a turn (its label, by `ids`) of `evidence`."""
+    return ids.get(entry, "") in evidence
 
 
 def _matrix(candidates: Sequence[Candidate]) -> np.ndarray:

@@ -18,7 +18,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 def main(address: str) -> None:
     done = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        done.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
     latencies: list[float] = []
     with grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         check = health_pb2_grpc.HealthStub(channel).Check

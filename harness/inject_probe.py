@@ -21,7 +21,12 @@ PACE = 0.05
 
 def main(address: str, key: str, store: str) -> None:
     done = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        done.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
     latencies: list[float] = []
     with Client(address, api_key=key, timeout=30) as cf:
 

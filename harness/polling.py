@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
 
 def wait_for(
-    check: Callable[[], T],
+    check: Callable[[], T | Literal[False] | None],
     timeout: float,
     *,
     what: str = "the condition",
     retrying: tuple[type[BaseException], ...] = (),
     interval: float = 0.05,
 ) -> T:
-    """`check()`'s first truthy value, asked every `interval` seconds for up to `timeout`.
+    """`check()`'s first truthy value (so never None nor False), asked every `interval` seconds for up to `timeout`.
 
     An exception of a type in `retrying` counts as not yet. When time runs out, fails
     the test, naming `what` it waited for and the last value (or error) it saw.
@@ -25,9 +25,10 @@ def wait_for(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            last: object = check()
-            if last:
-                return last  # type: ignore[return-value]
+            found = check()
+            if found:
+                return found
+            last: object = found
         except retrying as error:
             last = error
         if time.monotonic() >= deadline:

@@ -20,6 +20,8 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 from contextfold.provider import ProvideContext, start_provider
@@ -75,7 +77,7 @@ async def identity(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return provider_pb2.ProvideResponse(text=json.dumps(told)).SerializeToString()
 
 
-async def start_raw(handler) -> tuple[grpc.aio.Server, int]:
+async def start_raw(handler: Callable[..., Any]) -> tuple[grpc.aio.Server, int]:
     method = grpc.unary_unary_rpc_method_handler(handler)
     service = grpc.method_handlers_generic_handler("contextfold.v1.ContextProvider", {"Provide": method})
     server = grpc.aio.server()

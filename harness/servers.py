@@ -44,7 +44,10 @@ class ServerProcess:
 
     def scrape(self) -> str:
         """What the server's admin port serves at /metrics, every worker's metrics summed."""
-        port = re.search(r"metrics on http://[^:]+:(\d+)/metrics", self.log()).group(1)
+        found = re.search(r"metrics on http://[^:]+:(\d+)/metrics", self.log())
+        if found is None:
+            raise RuntimeError(f"the server logged no metrics address:\n{self.log()}")
+        port = found.group(1)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             return response.read().decode()
 
@@ -169,6 +172,7 @@ def serving_printed(command: str, root: Path, timeout: float = 180.0) -> Iterato
 def provider_fixtures() -> Iterator[dict[str, int]]:
     """The providers of `harness.providers`, in a process of their own: each behaviour's port."""
     process = subprocess.Popen([sys.executable, "-m", "harness.providers"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None  # piped above
     try:
         yield json.loads(process.stdout.readline())
     finally:

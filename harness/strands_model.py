@@ -29,11 +29,15 @@ class ScriptedModel(Model):
     def get_config(self) -> dict:
         return {}
 
-    async def structured_output(self, output_model, prompt, system_prompt=None, **kwargs):  # type: ignore[override]
+    async def structured_output(  # type: ignore[override]
+        self, output_model: Any, prompt: Any, system_prompt: str | None = None, **kwargs: Any
+    ) -> AsyncIterator[dict]:
         raise NotImplementedError("the scripted model gives no structured output")
         yield {}
 
-    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs) -> AsyncIterator[dict]:  # type: ignore[override]
+    async def stream(  # type: ignore[override]
+        self, messages: list[dict], tool_specs: Any = None, system_prompt: str | None = None, **kwargs: Any
+    ) -> AsyncIterator[dict]:
         self.inputs.append(copy.deepcopy(messages))
         self.system_prompts.append(system_prompt)
         reply = self.replies.pop(0)
