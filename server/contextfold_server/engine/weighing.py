@@ -531,7 +531,7 @@ def _begins_sentence(text: str, start: int) -> bool:
 
 
 # Where one sentence ends and the next begins: after its closing mark (and any closing quote or bracket).
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+")
 
 
 def states(content: str) -> float:
@@ -542,7 +542,7 @@ def states(content: str) -> float:
     content = content[:ENTRY_READ]
     if "?" not in content:
         return 1.0
-    sentences = [part for part in _SENTENCE_END.split(content.strip()) if part.strip()]
+    sentences = [part for part in SENTENCE_END.split(content.strip()) if part.strip()]
     if not sentences:
         return 1.0
     asking = sum(1 for sentence in sentences if sentence.rstrip(" \"')]\u201d").endswith("?"))

@@ -1,0 +1,131 @@
+"""How much of a question's evidence a turn's sentences find that the turn's one vector does not.
+
+Every entry is embedded whole today: one vector for a turn of one sentence or of six. A LoCoMo turn often says
+several things ("Thanks, Melanie! It was tough, but I'm doing ok. Been reading that book you recommended..."), and
+its vector is near none of them. This measures, on LoCoMo's development conversations, the design of an entry with
+a vector for each of its sentences beside its own (`Speaker: sentence`, a shared photo's caption one of them): each
+turn of a conversation ranked for each of its questions by the model's similarity to the turn, and by the best of
+that and its sentences' similarities, recall of the labelled evidence at 5, 10 and 20 by category (no other signal:
+what the vectors alone find, as a pool the default weighs). And what it costs a write: the texts and characters
+embedded, whole and with the sentences of the turns that hold more than one.
+
+Nothing here runs in the service: it is the measurement a change of the entries' vectors is chosen on
+(docs/injection.md, "A vector for each sentence"). The server's own model (its ONNX graph, as `make run` builds it).
+
+    .venv/bin/python -m bench.sentences
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from contextfold_server.embedding.local import LocalEmbedder, exported_model
+from contextfold_server.engine.weighing import SENTENCE_END
+
+from bench import RESULTS, locomo
+from bench.corpus import CACHE
+
+DEPTHS = (5, 10, 20, 30)
+BATCH = 256
+
+
+def sentences(turn: locomo.Turn) -> list[str]:
+    """The turn's sentences as the weighing splits them (`SENTENCE_END`: a shared photo's caption follows a sentence's
+    end), each written `Speaker: sentence` as the turn is; [] for a turn of one."""
+    parts = [part for part in SENTENCE_END.split(turn.text.strip()) if part.strip()]
+    return [f"{turn.speaker}: {part}" for part in parts] if len(parts) > 1 else []
+
+
+def vectors(model: LocalEmbedder, texts: list[str]) -> dict[str, np.ndarray]:
+    """Each text's vector, unit length."""
+    found: dict[str, np.ndarray] = {}
+    for start in range(0, len(texts), BATCH):
+        chunk = texts[start : start + BATCH]
+        for text, vector in zip(chunk, model.encode(chunk), strict=True):
+            array = np.asarray(vector, dtype=np.float32)
+            found[text] = array / np.linalg.norm(array)
+    return found
+
+
+def measure(talks: list[locomo.Conversation], model: LocalEmbedder) -> dict[str, dict[str, dict[int, float]]]:
+    """Recall of each category's evidence among each ranking's first `DEPTHS` turns (the questions' mean)."""
+    # By the turn's text: a turn's label (`D1:3`) names it within its conversation only.
+    split = {turn.content(): sentences(turn) for talk in talks for turn in talk.turns}
+    texts = set(split) | {sentence for said in split.values() for sentence in said}
+    texts |= {question.text for talk in talks for question in talk.questions}
+    vector = vectors(model, sorted(texts))
+    found: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for talk in talks:
+        labels = [turn.dia_id for turn in talk.turns]
+        whole = np.stack([vector[turn.content()] for turn in talk.turns])
+        each = [
+            np.stack([vector[s] for s in split[turn.content()]]) if split[turn.content()] else None
+            for turn in talk.turns
+        ]
+        for question in talk.questions:
+            asked = vector[question.text]
+            turns = whole @ asked
+            best = turns.copy()
+            for index, said in enumerate(each):
+                if said is not None:
+                    best[index] = max(best[index], float((said @ asked).max()))
+            category = locomo.CATEGORIES[question.category]
+            for ranking, scores in (("the turn's vector", turns), ("the best of it and its sentences'", best)):
+                order = np.argsort(-scores, kind="stable")
+                for depth in DEPTHS:
+                    first = {labels[i] for i in order[:depth]}
+                    recall = len(question.evidence & first) / len(question.evidence)
+                    found[ranking][category][depth].append(recall)
+                    found[ranking]["all"][depth].append(recall)
+    return {
+        ranking: {kind: {depth: statistics.fmean(v) for depth, v in depths.items()} for kind, depths in kinds.items()}
+        for ranking, kinds in found.items()
+    }
+
+
+def cost(talks: list[locomo.Conversation]) -> dict[str, float]:
+    """What a write embeds: the turns whole, and the sentences of those of more than one."""
+    turns = [turn for talk in talks for turn in talk.turns]
+    split = [sentences(turn) for turn in turns]
+    whole_chars = sum(len(turn.content()) for turn in turns)
+    sentence_chars = sum(len(s) for parts in split for s in parts)
+    return {
+        "turns": len(turns),
+        "turns_of_several_sentences": sum(1 for parts in split if parts),
+        "sentences_embedded": sum(len(parts) for parts in split),
+        "texts_ratio": (len(turns) + sum(len(parts) for parts in split)) / len(turns),
+        "characters_ratio": (whole_chars + sentence_chars) / whole_chars,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA, help="LoCoMo's development split")
+    parser.add_argument("--json", type=Path, default=RESULTS / "sentences.json")
+    args = parser.parse_args()
+    talks = locomo.conversations(args.data)
+    model = LocalEmbedder(exported_model(CACHE / "models"), threads=2)
+    recalls = measure(talks, model)
+    categories = ["single-hop", "temporal", "multi-hop", "open-domain", "all"]
+    print(f"LoCoMo's development split ({len(talks)} conversations), each question's turns ranked by the model alone")
+    print(f"{'ranked by':36} {'depth':>5} " + " ".join(f"{c:>11}" for c in categories))
+    for ranking, kinds in recalls.items():
+        for depth in DEPTHS:
+            print(f"{ranking:36} {depth:>5} " + " ".join(f"{kinds[c][depth]:>11.3f}" for c in categories))
+    written = cost(talks)
+    print(
+        f"a write embeds {written['texts_ratio']:.2f} x the texts and {written['characters_ratio']:.2f} x the"
+        f" characters ({written['turns_of_several_sentences']:,} of {written['turns']:,} turns hold more than one"
+        f" sentence; {written['sentences_embedded']:,} sentences)"
+    )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"recall": recalls, "write": written}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
