@@ -6,8 +6,10 @@ its vector is near none of them. This measures, on LoCoMo's development conversa
 a vector for each of its sentences beside its own (`Speaker: sentence`, a shared photo's caption one of them): each
 turn of a conversation ranked for each of its questions by the model's similarity to the turn, and by the best of
 that and its sentences' similarities, recall of the labelled evidence at 5, 10 and 20 by category (no other signal:
-what the vectors alone find, as a pool the default weighs). And what it costs a write: the texts and characters
-embedded, whole and with the sentences of the turns that hold more than one.
+what the vectors alone find, as a pool the default weighs). And what it costs: a write, the texts and characters
+embedded, whole and with the sentences of the turns that hold more than one; a read, the exact nearest twenty of
+a conversation's scope in Postgres (pgvector, the server's embedded one) by the turns' vectors alone, by each
+sentence a row beside its turn's, and by an array of vectors on the turn's row, the three taking turns.
 
 Nothing here runs in the service: it is the measurement a change of the entries' vectors is chosen on
 (docs/injection.md, "A vector for each sentence"). The server's own model (its ONNX graph, as `make run` builds it).
@@ -20,17 +22,34 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import psycopg
 from contextfold_server.embedding.local import LocalEmbedder, exported_model
 from contextfold_server.engine.weighing import SENTENCE_END
+from pgvector.psycopg import register_vector
 
 from bench import RESULTS, locomo
 from bench.corpus import CACHE
+from harness.servers import Postgres
 
 DEPTHS = (5, 10, 20, 30)
+NEAREST = 20  # the entries a read takes, as the default's pool takes each store's nearest
+# A read by the turns' vectors alone, by sentence rows beside them, and by an array of vectors on each turn's row.
+READS = {
+    "the turns' vectors": "SELECT id FROM turns WHERE talk = %(talk)s ORDER BY embedding <=> %(q)s LIMIT %(n)s",
+    "each sentence a row beside its turn's": (
+        "SELECT id, min(embedding <=> %(q)s) AS d FROM said WHERE talk = %(talk)s GROUP BY id ORDER BY d LIMIT %(n)s"
+    ),
+    "an array of vectors on the turn's row": (
+        "SELECT id, least(embedding <=> %(q)s, (SELECT min(v <=> %(q)s) FROM unnest(sentences) AS v)) AS d"
+        " FROM turns WHERE talk = %(talk)s ORDER BY d LIMIT %(n)s"
+    ),
+}
 BATCH = 256
 
 
@@ -39,6 +58,42 @@ def sentences(turn: locomo.Turn) -> list[str]:
     end), each written `Speaker: sentence` as the turn is; [] for a turn of one."""
     parts = [part for part in SENTENCE_END.split(turn.text.strip()) if part.strip()]
     return [f"{turn.speaker}: {part}" for part in parts] if len(parts) > 1 else []
+
+
+def reads(talks: list[locomo.Conversation], vector: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each of `READS`' p50 in ms over every question, each asked of its own conversation, the reads taking turns."""
+    rows = [(t, n, turn) for t in talks for n, turn in enumerate(t.turns)]
+    with tempfile.TemporaryDirectory() as scratch:
+        database = Postgres(Path(scratch) / "pgdata")
+        try:
+            with psycopg.connect(database.url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                register_vector(conn)
+                conn.execute("CREATE TABLE turns (talk text, id int, embedding vector, sentences vector[])")
+                conn.execute("CREATE TABLE said (talk text, id int, embedding vector)")
+                with conn.cursor() as cursor:
+                    for talk, n, turn in rows:
+                        said = [vector[s] for s in sentences(turn)]
+                        cursor.execute(
+                            "INSERT INTO turns VALUES (%s, %s, %s, %s)",
+                            (talk.name, n, vector[turn.content()], said or None),
+                        )
+                        for each in [vector[turn.content()], *said]:
+                            cursor.execute("INSERT INTO said VALUES (%s, %s, %s)", (talk.name, n, each))
+                conn.execute("CREATE INDEX ON turns (talk)")
+                conn.execute("CREATE INDEX ON said (talk)")
+                conn.execute("ANALYZE")
+                times: dict[str, list[float]] = {name: [] for name in READS}
+                for talk in talks:
+                    for question in talk.questions:
+                        asked = {"talk": talk.name, "q": vector[question.text], "n": NEAREST}
+                        for name, read in READS.items():
+                            started = time.perf_counter()
+                            conn.execute(read, asked).fetchall()
+                            times[name].append((time.perf_counter() - started) * 1000)
+        finally:
+            database.cleanup()
+    return {name: statistics.median(taken) for name, taken in times.items()}
 
 
 def vectors(model: LocalEmbedder, texts: list[str]) -> dict[str, np.ndarray]:
@@ -52,13 +107,18 @@ def vectors(model: LocalEmbedder, texts: list[str]) -> dict[str, np.ndarray]:
     return found
 
 
-def measure(talks: list[locomo.Conversation], model: LocalEmbedder) -> dict[str, dict[str, dict[int, float]]]:
+def every_vector(talks: list[locomo.Conversation], model: LocalEmbedder) -> dict[str, np.ndarray]:
+    """The vectors of every turn, every sentence of one and every question."""
+    texts = {turn.content() for talk in talks for turn in talk.turns}
+    texts |= {sentence for talk in talks for turn in talk.turns for sentence in sentences(turn)}
+    texts |= {question.text for talk in talks for question in talk.questions}
+    return vectors(model, sorted(texts))
+
+
+def measure(talks: list[locomo.Conversation], vector: dict[str, np.ndarray]) -> dict[str, dict[str, dict[int, float]]]:
     """Recall of each category's evidence among each ranking's first `DEPTHS` turns (the questions' mean)."""
     # By the turn's text: a turn's label (`D1:3`) names it within its conversation only.
     split = {turn.content(): sentences(turn) for talk in talks for turn in talk.turns}
-    texts = set(split) | {sentence for said in split.values() for sentence in said}
-    texts |= {question.text for talk in talks for question in talk.questions}
-    vector = vectors(model, sorted(texts))
     found: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for talk in talks:
         labels = [turn.dia_id for turn in talk.turns]
@@ -110,7 +170,8 @@ def main() -> None:
     args = parser.parse_args()
     talks = locomo.conversations(args.data)
     model = LocalEmbedder(exported_model(CACHE / "models"), threads=2)
-    recalls = measure(talks, model)
+    vector = every_vector(talks, model)
+    recalls = measure(talks, vector)
     categories = ["single-hop", "temporal", "multi-hop", "open-domain", "all"]
     print(f"LoCoMo's development split ({len(talks)} conversations), each question's turns ranked by the model alone")
     print(f"{'ranked by':36} {'depth':>5} " + " ".join(f"{c:>11}" for c in categories))
@@ -123,8 +184,12 @@ def main() -> None:
         f" characters ({written['turns_of_several_sentences']:,} of {written['turns']:,} turns hold more than one"
         f" sentence; {written['sentences_embedded']:,} sentences)"
     )
+    read = reads(talks, vector)
+    print(f"a read of a conversation's scope, its nearest {NEAREST} exactly (p50 over every question, in turns):")
+    for name, taken in read.items():
+        print(f"  {name:40} {taken:6.2f} ms")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"recall": recalls, "write": written}, indent=2) + "\n")
+    args.json.write_text(json.dumps({"recall": recalls, "write": written, "read_ms": read}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
