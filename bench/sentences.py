@@ -1,11 +1,11 @@
 """How much of a question's evidence a turn's sentences find that the turn's one vector does not.
 
 Every entry is embedded whole today: one vector for a turn of one sentence or of six. A LoCoMo turn often says
-several things ("Thanks, Melanie! It was tough, but I'm doing ok. Been reading that book you recommended..."), and
+several things ("Thanks, Caroline. It was tough, but I'm doing ok. Been reading that book you recommended..."), and
 its vector is near none of them. This measures, on LoCoMo's development conversations, the design of an entry with
 a vector for each of its sentences beside its own (`Speaker: sentence`, a shared photo's caption one of them): each
 turn of a conversation ranked for each of its questions by the model's similarity to the turn, and by the best of
-that and its sentences' similarities, recall of the labelled evidence at 5, 10 and 20 by category (no other signal:
+that and its sentences' similarities, recall of the labelled evidence at 5, 10, 20 and 30 by category (no other signal:
 what the vectors alone find, as a pool the default weighs). And what it costs: a write, the texts and characters
 embedded, whole and with the sentences of the turns that hold more than one; a read, the exact nearest twenty of
 a conversation's scope in Postgres (pgvector, the server's embedded one) by the turns' vectors alone, by each
