@@ -6,7 +6,9 @@ its vector is near none of them. This measures, on LoCoMo's development conversa
 a vector for each of its sentences beside its own (`Speaker: sentence`, a shared photo's caption one of them): each
 turn of a conversation ranked for each of its questions by the model's similarity to the turn, and by the best of
 that and its sentences' similarities, recall of the labelled evidence at 5, 10, 20 and 30 by category (no other signal:
-what the vectors alone find, as a pool the default weighs). And what it costs: a write, the texts and characters
+what the vectors alone find, as a pool the default weighs); the same on our labelled sets (bench/retrieval/), every
+entry of a set's stores ranked for each request, where an entry of several sentences is mostly a support ticket. And
+what it costs: a write, the texts and characters
 embedded, whole and with the sentences of the turns that hold more than one; a read, the exact nearest twenty of
 a conversation's scope in Postgres (pgvector, the server's embedded one) by the turns' vectors alone, by each
 sentence a row beside its turn's, and by an array of vectors on the turn's row, the three taking turns.
@@ -35,6 +37,7 @@ from pgvector.psycopg import register_vector
 
 from bench import RESULTS, locomo
 from bench.corpus import CACHE
+from bench.retrieval import SET_NAMES, LabelledSet
 from harness.servers import Postgres
 
 DEPTHS = (5, 10, 20, 30)
@@ -56,8 +59,23 @@ BATCH = 256
 def sentences(turn: locomo.Turn) -> list[str]:
     """The turn's sentences as the weighing splits them (`SENTENCE_END`: a shared photo's caption follows a sentence's
     end), each written `Speaker: sentence` as the turn is; [] for a turn of one."""
-    parts = [part for part in SENTENCE_END.split(turn.text.strip()) if part.strip()]
-    return [f"{turn.speaker}: {part}" for part in parts] if len(parts) > 1 else []
+    return [f"{turn.speaker}: {part}" for part in split(turn.text)]
+
+
+def split(text: str) -> list[str]:
+    """The sentences of `text` (`SENTENCE_END`); [] for a text of one."""
+    parts = [part for part in SENTENCE_END.split(text.strip()) if part.strip()]
+    return parts if len(parts) > 1 else []
+
+
+def best_of(whole: np.ndarray, each: list[np.ndarray | None], asked: np.ndarray) -> np.ndarray:
+    """Each entry's similarity to `asked`: the best of its own vector's (`whole`, a row each) and its sentences'
+    (`each`: a row per sentence, None for an entry of one)."""
+    best = whole @ asked
+    for index, said in enumerate(each):
+        if said is not None:
+            best[index] = max(best[index], float((said @ asked).max()))
+    return best
 
 
 def reads(talks: list[locomo.Conversation], vector: dict[str, np.ndarray]) -> dict[str, float]:
@@ -118,22 +136,18 @@ def every_vector(talks: list[locomo.Conversation], model: LocalEmbedder) -> dict
 def measure(talks: list[locomo.Conversation], vector: dict[str, np.ndarray]) -> dict[str, dict[str, dict[int, float]]]:
     """Recall of each category's evidence among each ranking's first `DEPTHS` turns (the questions' mean)."""
     # By the turn's text: a turn's label (`D1:3`) names it within its conversation only.
-    split = {turn.content(): sentences(turn) for talk in talks for turn in talk.turns}
+    said_by = {turn.content(): sentences(turn) for talk in talks for turn in talk.turns}
     found: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for talk in talks:
         labels = [turn.dia_id for turn in talk.turns]
         whole = np.stack([vector[turn.content()] for turn in talk.turns])
         each = [
-            np.stack([vector[s] for s in split[turn.content()]]) if split[turn.content()] else None
+            np.stack([vector[s] for s in said_by[turn.content()]]) if said_by[turn.content()] else None
             for turn in talk.turns
         ]
         for question in talk.questions:
             asked = vector[question.text]
-            turns = whole @ asked
-            best = turns.copy()
-            for index, said in enumerate(each):
-                if said is not None:
-                    best[index] = max(best[index], float((said @ asked).max()))
+            turns, best = whole @ asked, best_of(whole, each, asked)
             category = locomo.CATEGORIES[question.category]
             for ranking, scores in (("the turn's vector", turns), ("the best of it and its sentences'", best)):
                 order = np.argsort(-scores, kind="stable")
@@ -146,6 +160,32 @@ def measure(talks: list[locomo.Conversation], vector: dict[str, np.ndarray]) -> 
         ranking: {kind: {depth: statistics.fmean(v) for depth, v in depths.items()} for kind, depths in kinds.items()}
         for ranking, kinds in found.items()
     }
+
+
+def our_sets(model: LocalEmbedder) -> dict[str, dict[str, float]]:
+    """Our labelled sets: for each, recall@5 and @10 of each request's entries among all its stores' entries, by the
+    entries' vectors and by the best of them and their sentences', and how many entries hold several sentences."""
+    found: dict[str, dict[str, float]] = {}
+    for name in SET_NAMES:
+        labelled = LabelledSet.load(name)
+        entries = [(entry["id"], entry["content"]) for store in labelled.stores for entry in store["entries"]]
+        texts = {content for _, content in entries} | {part for _, content in entries for part in split(content)}
+        vector = vectors(model, sorted(texts | {request["query"] for request in labelled.queries}))
+        whole = np.stack([vector[content] for _, content in entries])
+        each = [np.stack([vector[p] for p in split(content)]) if split(content) else None for _, content in entries]
+        recalls: dict[str, list[float]] = defaultdict(list)
+        for request in labelled.queries:
+            asked, wanted = vector[request["query"]], set(request["relevant"])
+            for ranking, scores in (("entry", whole @ asked), ("best", best_of(whole, each, asked))):
+                order = np.argsort(-scores, kind="stable")
+                for depth in (5, 10):
+                    first = {entries[i][0] for i in order[:depth]}
+                    recalls[f"{ranking}@{depth}"].append(len(wanted & first) / len(wanted))
+        several = sum(1 for said in each if said is not None)
+        found[name] = {"entries": len(entries), "of_several_sentences": several} | {
+            figure: statistics.fmean(values) for figure, values in recalls.items()
+        }
+    return found
 
 
 def cost(talks: list[locomo.Conversation]) -> dict[str, float]:
@@ -178,6 +218,14 @@ def main() -> None:
     for ranking, kinds in recalls.items():
         for depth in DEPTHS:
             print(f"{ranking:36} {depth:>5} " + " ".join(f"{kinds[c][depth]:>11.3f}" for c in categories))
+    ours = our_sets(model)
+    print("our labelled sets, each request's entries among all its stores' (recall, by the model alone):")
+    for name, row in ours.items():
+        print(
+            f"  {name:12} @5 {row['entry@5']:.3f} by the entry's vector, {row['best@5']:.3f} by the best of its"
+            f" sentences'; @10 {row['entry@10']:.3f}, {row['best@10']:.3f}"
+            f" ({row['of_several_sentences']:.0f} of {row['entries']:.0f} entries hold several sentences)"
+        )
     written = cost(talks)
     print(
         f"a write embeds {written['texts_ratio']:.2f} x the texts and {written['characters_ratio']:.2f} x the"
@@ -189,7 +237,9 @@ def main() -> None:
     for name, taken in read.items():
         print(f"  {name:40} {taken:6.2f} ms")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"recall": recalls, "write": written, "read_ms": read}, indent=2) + "\n")
+    args.json.write_text(
+        json.dumps({"recall": recalls, "our_sets": ours, "write": written, "read_ms": read}, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":
