@@ -191,14 +191,14 @@ def our_sets(model: LocalEmbedder) -> dict[str, dict[str, float]]:
 def cost(talks: list[locomo.Conversation]) -> dict[str, float]:
     """What a write embeds: the turns whole, and the sentences of those of more than one."""
     turns = [turn for talk in talks for turn in talk.turns]
-    split = [sentences(turn) for turn in turns]
+    said = [sentences(turn) for turn in turns]
     whole_chars = sum(len(turn.content()) for turn in turns)
-    sentence_chars = sum(len(s) for parts in split for s in parts)
+    sentence_chars = sum(len(s) for parts in said for s in parts)
     return {
         "turns": len(turns),
-        "turns_of_several_sentences": sum(1 for parts in split if parts),
-        "sentences_embedded": sum(len(parts) for parts in split),
-        "texts_ratio": (len(turns) + sum(len(parts) for parts in split)) / len(turns),
+        "turns_of_several_sentences": sum(1 for parts in said if parts),
+        "sentences_embedded": sum(len(parts) for parts in said),
+        "texts_ratio": (len(turns) + sum(len(parts) for parts in said)) / len(turns),
         "characters_ratio": (whole_chars + sentence_chars) / whole_chars,
     }
 

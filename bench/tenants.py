@@ -269,11 +269,11 @@ def prepare(server: ServerProcess, bystander: str, flooder: str) -> None:
         ready = "namespace=<flooding>, dimension=<64> | the namespace's vector index is ready"
         wait_for(lambda: ready in server.log(), 300, what="the bulk store's vector index")
         cf.create_store("heavy", dimension=8)
-        for _ in range(10):
+        for k in range(10):
             blob = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=15_000))
             cf.add_memories(
                 "heavy",
-                [{"content": f"h {batch}-{n}", "vector": [1.0] * 8, "metadata": {"blob": blob[n:]}} for n in range(50)],
+                [{"content": f"h {k}-{n}", "vector": [1.0] * 8, "metadata": {"blob": blob[n:]}} for n in range(50)],
             )
         cf.create_store("texts")
         long_entries(cf)
