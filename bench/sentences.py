@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence, Set
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,17 @@ def split(text: str) -> list[str]:
     """The sentences of `text` (`SENTENCE_END`); [] for a text of one."""
     parts = [part for part in SENTENCE_END.split(text.strip()) if part.strip()]
     return parts if len(parts) > 1 else []
+
+
+def stacked(vector: dict[str, np.ndarray], texts: list[str]) -> np.ndarray | None:
+    """The vectors of `texts`, a row each; None for no texts (an entry of one sentence)."""
+    return np.stack([vector[text] for text in texts]) if texts else None
+
+
+def recalls(scores: np.ndarray, labels: list[str], wanted: Set[str], depths: Sequence[int]) -> dict[int, float]:
+    """The share of `wanted` among the labels of the first of each of `depths` by `scores` (best first)."""
+    order = np.argsort(-scores, kind="stable")
+    return {depth: len(wanted & {labels[i] for i in order[:depth]}) / len(wanted) for depth in depths}
 
 
 def best_of(whole: np.ndarray, each: list[np.ndarray | None], asked: np.ndarray) -> np.ndarray:
@@ -141,19 +153,13 @@ def measure(talks: list[locomo.Conversation], vector: dict[str, np.ndarray]) -> 
     for talk in talks:
         labels = [turn.dia_id for turn in talk.turns]
         whole = np.stack([vector[turn.content()] for turn in talk.turns])
-        each = [
-            np.stack([vector[s] for s in said_by[turn.content()]]) if said_by[turn.content()] else None
-            for turn in talk.turns
-        ]
+        each = [stacked(vector, said_by[turn.content()]) for turn in talk.turns]
         for question in talk.questions:
             asked = vector[question.text]
             turns, best = whole @ asked, best_of(whole, each, asked)
             category = locomo.CATEGORIES[question.category]
             for ranking, scores in (("the turn's vector", turns), ("the best of it and its sentences'", best)):
-                order = np.argsort(-scores, kind="stable")
-                for depth in DEPTHS:
-                    first = {labels[i] for i in order[:depth]}
-                    recall = len(question.evidence & first) / len(question.evidence)
+                for depth, recall in recalls(scores, labels, question.evidence, DEPTHS).items():
                     found[ranking][category][depth].append(recall)
                     found[ranking]["all"][depth].append(recall)
     return {
@@ -169,21 +175,21 @@ def our_sets(model: LocalEmbedder) -> dict[str, dict[str, float]]:
     for name in SET_NAMES:
         labelled = LabelledSet.load(name)
         entries = [(entry["id"], entry["content"]) for store in labelled.stores for entry in store["entries"]]
-        texts = {content for _, content in entries} | {part for _, content in entries for part in split(content)}
+        parts = [split(content) for _, content in entries]
+        texts = {content for _, content in entries} | {part for said in parts for part in said}
         vector = vectors(model, sorted(texts | {request["query"] for request in labelled.queries}))
+        labels = [entry_id for entry_id, _ in entries]
         whole = np.stack([vector[content] for _, content in entries])
-        each = [np.stack([vector[p] for p in split(content)]) if split(content) else None for _, content in entries]
-        recalls: dict[str, list[float]] = defaultdict(list)
+        each = [stacked(vector, said) for said in parts]
+        figures: dict[str, list[float]] = defaultdict(list)
         for request in labelled.queries:
             asked, wanted = vector[request["query"]], set(request["relevant"])
             for ranking, scores in (("entry", whole @ asked), ("best", best_of(whole, each, asked))):
-                order = np.argsort(-scores, kind="stable")
-                for depth in (5, 10):
-                    first = {entries[i][0] for i in order[:depth]}
-                    recalls[f"{ranking}@{depth}"].append(len(wanted & first) / len(wanted))
-        several = sum(1 for said in each if said is not None)
+                for depth, recall in recalls(scores, labels, wanted, (5, 10)).items():
+                    figures[f"{ranking}@{depth}"].append(recall)
+        several = sum(1 for said in parts if said)
         found[name] = {"entries": len(entries), "of_several_sentences": several} | {
-            figure: statistics.fmean(values) for figure, values in recalls.items()
+            figure: statistics.fmean(values) for figure, values in figures.items()
         }
     return found
 

@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from harness.polling import stdin_closed
+
 
 def main(address: str) -> None:
-    done = threading.Event()
-
-    def until_stdin_closes() -> None:
-        sys.stdin.read()
-        done.set()
-
-    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    done = stdin_closed()
     latencies: list[float] = []
     with grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         check = health_pb2_grpc.HealthStub(channel).Check

@@ -9,24 +9,18 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 
 from contextfold import Client
 
 from harness.messages import user
+from harness.polling import stdin_closed
 
 PACE = 0.05
 
 
 def main(address: str, key: str, store: str) -> None:
-    done = threading.Event()
-
-    def until_stdin_closes() -> None:
-        sys.stdin.read()
-        done.set()
-
-    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    done = stdin_closed()
     latencies: list[float] = []
     with Client(address, api_key=key, timeout=30) as cf:
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Literal, TypeVar
@@ -34,3 +36,15 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"waited {timeout}s for {what}; last saw {last!r}")
         time.sleep(interval)
+
+
+def stdin_closed() -> threading.Event:
+    """An event set once this process's stdin closes: how a probe's parent tells it to stop and report."""
+    closed = threading.Event()
+
+    def until_closed() -> None:
+        sys.stdin.read()
+        closed.set()
+
+    threading.Thread(target=until_closed, daemon=True).start()
+    return closed

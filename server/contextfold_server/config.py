@@ -19,7 +19,7 @@ from typing import Any
 from .access.quotas import DEFAULT_QUOTA, Quota
 from .engine.ranking import DEFAULT_RANKING, Ranking
 from .memory.reranker import RERANKER_APIS
-from .postgres.conninfo import a_url_for_a_directory, url_problem
+from .postgres.conninfo import data_dir_problem, url_problem
 from .postgres.embedded import default_data_dir
 from .postgres.listener import DEFAULT_RELOAD_SECONDS
 from .postgres.vector_index import OWN_INDEX_ENTRIES
@@ -477,8 +477,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         """`flag` when the command line gives it, else the environment variable its value came from."""
         return flag if any(word == flag or word.startswith(flag + "=") for word in given) else variable_of(flag)
 
-    if a_url_for_a_directory(args.data_dir):
-        refuse(f"{named('--data-dir')} is a database URL, not a directory: give it as --database-url")
+    if problem := data_dir_problem(args.data_dir, named("--data-dir")):
+        refuse(problem)
     urls = [
         ("--database-url", [args.database_url]),
         ("--database-migration-url", [args.database_migration_url]),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from .postgres.conninfo import a_url_for_a_directory
+from .postgres.conninfo import data_dir_problem
 from .postgres.embedded import DataDirInUse, EmbeddedPostgres, default_data_dir, running_url
 from .postgres.migrations import migrate
 
@@ -52,8 +52,8 @@ def run_on_database(args: argparse.Namespace, run: Callable[[str], Awaitable[int
 
     if args.database_url:
         return asyncio.run(migrated(args.database_url))
-    if a_url_for_a_directory(args.data_dir):
-        print("error: --data-dir is a database URL, not a directory: give it as --database-url", file=sys.stderr)
+    if problem := data_dir_problem(args.data_dir):
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     # The embedded Postgres: the running server's, or with none running, one of the command's own
     # (started on this thread, which outlives it: Postgres is told to stop when that thread ends).

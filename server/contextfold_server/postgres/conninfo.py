@@ -34,10 +34,13 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def a_url_for_a_directory(data_dir: object) -> bool:
-    """Whether a data directory given is a database URL (`postgresql://…`, which a path reads as
-    `postgresql:/…`): the embedded Postgres would make a directory of that name and start there."""
-    return str(data_dir).startswith(("postgresql:", "postgres:"))
+def data_dir_problem(data_dir: object, named: str = "--data-dir") -> str | None:
+    """Why a data directory given (as `named`: the option, or the variable it came from) cannot be used, or
+    None: a database URL (`postgresql://…`, which a path reads as `postgresql:/…`) would have the embedded
+    Postgres make a directory of that name and start there."""
+    if str(data_dir).startswith(("postgresql:", "postgres:")):
+        return f"{named} is a database URL, not a directory: give it as --database-url"
+    return None
 
 
 def described(url: str) -> str:
