@@ -212,6 +212,7 @@ def main() -> None:
                 ids: dict[str, str] = {}
                 for talk in talks:
                     ids |= load(cf, talk)
+                database.sentences_settled()
                 rows = ask(cf, talks, ids, args.rankings)
         finally:
             server.stop()

@@ -13,8 +13,9 @@ embedded, whole and with the sentences of the turns that hold more than one; a r
 a conversation's scope in Postgres (pgvector, the server's embedded one) by the turns' vectors alone, by each
 sentence a row beside its turn's, and by an array of vectors on the turn's row, the three taking turns.
 
-Nothing here runs in the service: it is the measurement a change of the entries' vectors is chosen on
-(docs/injection.md, "A vector for each sentence"). The server's own model (its ONNX graph, as `make run` builds it).
+It measures the model and Postgres alone, outside the service: the measurement the sentences' vectors the service
+keeps (migration 24, memory/sentences.py) were chosen on (docs/injection.md, "A vector for each sentence"). The
+server's own model (its ONNX graph, as `make run` builds it).
 
     .venv/bin/python -m bench.sentences
 """

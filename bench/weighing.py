@@ -148,8 +148,9 @@ def _candidates(
     ]
 
 
-def collect(cf: Client) -> list[Question]:
-    """Every development question through Inject, explained (see the module's docstring)."""
+def collect(cf: Client, database: Postgres) -> list[Question]:
+    """Every development question through Inject, explained (see the module's docstring), each asked once the
+    entries' sentences are embedded (in `database`, the server's)."""
     talks = locomo.conversations(locomo.DEFAULT_DATA) if locomo.DEFAULT_DATA.exists() else []
     questions: list[Question] = []
     for store, sessions in (("locomo-sessions", True), ("locomo-plain", False)):
@@ -157,6 +158,7 @@ def collect(cf: Client) -> list[Question]:
         ids: dict[str, str] = {}
         for talk in talks:
             ids |= locomo.load(cf, talk, store=store, sessions=sessions)
+        database.sentences_settled()
         for index, talk in enumerate(talks):
             elsewhere = talks[(index + 1) % len(talks)]
             for question in talk.questions:
@@ -181,6 +183,7 @@ def collect(cf: Client) -> list[Question]:
             entries = kept["entries"]
             for start in range(0, len(entries), 64):
                 cf.add_memories(name, [{"id": e["id"], "content": e["content"]} for e in entries[start : start + 64]])
+    database.sentences_settled()
     for index, labelled in enumerate(sets):
         other = sets[(index + 1) % len(sets)]
         stores = [f"{labelled.name}.{s['name']}" for s in labelled.stores]
@@ -528,7 +531,7 @@ def measure() -> list[Question]:
         server = start_server(Path(scratch) / "server.log", "--database-url", database.url)
         try:
             with Client(server.address, timeout=120) as cf:
-                return collect(cf)
+                return collect(cf, database)
         finally:
             server.stop()
             database.cleanup()

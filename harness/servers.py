@@ -315,3 +315,9 @@ class Postgres:
         with psycopg.connect(self.url, autocommit=True) as conn:
             cursor = conn.execute(statement, params)
             return cursor.fetchall() if cursor.description else []
+
+    def sentences_settled(self, timeout: float = 600.0) -> None:
+        """Wait until the server's bulk workers have embedded the sentences of every entry written (none waits:
+        memory/sentences.py), as a search that finds entries by their sentences needs."""
+        waiting = "SELECT count(*) FROM contextfold.memories WHERE sentences_state < 2"
+        wait_for(lambda: self.query(waiting)[0][0] == 0, timeout, what="the entries' sentences to be embedded")

@@ -55,7 +55,7 @@ async def serve_bulk(config: Config, shared: Shared, index: int, reports: Connec
     async with contextlib.AsyncExitStack() as running:
         usage.start()
         running.push_async_callback(usage.close)
-        starting = asyncio.create_task(build_bulk(config, shared, running, listener, metrics, quotas, usage))
+        starting = asyncio.create_task(build_bulk(config, shared, running, listener, metrics, quotas, usage, index))
         stop_requested = asyncio.create_task(stopping.wait())
         await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():

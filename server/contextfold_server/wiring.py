@@ -43,6 +43,7 @@ from .memory.records import UNSCOPED, ScopedIds
 from .memory.remember import Rememberer
 from .memory.reranker import Reranker
 from .memory.search import MemorySearcher
+from .memory.sentences import SentenceFiller
 from .memory.statements import SEARCH_SETTINGS
 from .memory.store import PostgresMemoryStore
 from .observe.metrics import Metrics
@@ -251,11 +252,13 @@ async def build_bulk(
     metrics: Metrics,
     quotas: QuotaBook,
     usage: UsageCounters,
+    index: int = 0,
 ) -> BulkServices:
     """Start every dependency of a bulk worker (each closed by `running`): its database sessions, where they
     are processes of this machine, at the bulk worker's own lower priority (`postgres/priority.py`); the
     vector indexes its writes grow, and the planner's statistics they make stale (`TableStatistics`); the purge
-    of expired entries."""
+    of expired entries; the embedding of entries' sentences (`SentenceFiller`, the namespaces of its share: it is
+    bulk worker `index` of `config.bulk_workers`)."""
     prepare = lower_priority_of_sessions(config.bulk_nice) if shared.embedded_database else None
     indexes = VectorIndexes(shared.owner_url, config.own_index_entries, prepare=prepare)
     running.push_async_callback(indexes.close)
@@ -284,6 +287,13 @@ async def build_bulk(
     _in_background(
         running, purge_expired(parts.lifecycle, config.purge_interval_seconds, metrics.memories_purged.inc), "purge"
     )
+    filler = SentenceFiller(
+        parts.searcher.store,
+        parts.embedder,
+        (index, config.bulk_workers),
+        lambda outcome, entries: metrics.sentences_settled.labels(outcome).inc(entries),
+    )
+    _in_background(running, filler.run(), "sentences")
     await parts.embedder.warm()
     return BulkServices(
         memory=parts.memory,

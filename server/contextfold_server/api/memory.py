@@ -136,7 +136,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         filled = list(memories)
         for index, vector in zip(to_embed, embedded, strict=True):
-            filled[index] = replace(memories[index], vector=vector)
+            filled[index] = replace(memories[index], vector=vector, embedded=True)
         return filled
 
     async def SearchMemories(
@@ -192,7 +192,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         change = update.change
         if update.needs_embedding:
             (vector,) = await self._embedder.embed([change.content], tenant=call.namespace)
-            change = replace(change, vector=tuple(vector), fields=change.fields | {"vector"})
+            change = replace(change, vector=tuple(vector), fields=change.fields | {"vector"}, embedded=True)
         record, created = await self._lifecycle.update_memory(
             call.namespace,
             target,

@@ -83,6 +83,9 @@ POOL_CANDIDATES = 40
 # Entries the lexical search contributes, and the candidates a reranker is asked to order.
 LEXICAL_CANDIDATES = 20
 RERANK_CANDIDATES = 20
+# Entries the default finds by their best sentence (memory/sentences.py): a LoCoMo conversation's twenty nearest by
+# sentence hold more of a question's evidence than its thirty nearest by turn (bench/sentences.py).
+SENTENCE_CANDIDATES = 20
 
 
 def candidates_per_store(ranking: Ranking, limit: int) -> int:

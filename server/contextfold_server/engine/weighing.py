@@ -45,6 +45,7 @@ SIGNALS = (
     "written_neighbour",
     "written_answers",
     "specific",
+    "sentence",
 )
 # What the order's weights are fitted over: `standing` (the similarity, twice its lead over the crowd and 1.5
 # times the words' share: `ranking.with_words`) in place of its three parts. Fitted apart, the parts trade
@@ -62,6 +63,7 @@ FITTED_SIGNALS = (
     "written_neighbour",
     "written_answers",
     "specific",
+    "sentence",
 )
 # The signals the silence gate weighs (its weights are fitted apart from the order's, `weighing.json`).
 GATE_SIGNALS = FITTED_SIGNALS
@@ -532,6 +534,26 @@ def _begins_sentence(text: str, start: int) -> bool:
 
 # Where one sentence ends and the next begins: after its closing mark (and any closing quote or bracket).
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]\u201d]*\s+")
+
+
+# The most sentences of an entry that get a vector of their own (`entry_sentences`), from the first: a LoCoMo turn has
+# 4.2 on average, and what the weighing reads of an entry (`ENTRY_READ`) about 25 at most.
+MOST_SENTENCES = 16
+
+
+def entry_sentences(content: str) -> list[str]:
+    """The sentences of an entry that are embedded each on its own (`memory/sentences.py`): those of what the
+    weighing reads of it (`ENTRY_READ`), split where `states` splits them, up to `MOST_SENTENCES`, each after a
+    turn's `Speaker: ` as the turn is written; [] for an entry of one sentence, whose own vector is its sentence's.
+    A turn often says several things ("Thanks! It was tough, but I'm doing ok. Been reading that book you
+    recommended"), and its one vector is near none of them."""
+    found = _SPEAKER.match(content)
+    start = found.end() if found else 0
+    parts = [part for part in SENTENCE_END.split(content[start : start + ENTRY_READ].strip()) if part.strip()]
+    if len(parts) < 2:
+        return []
+    speaker = content[:start]
+    return [speaker + part for part in parts[:MOST_SENTENCES]]
 
 
 def states(content: str) -> float:

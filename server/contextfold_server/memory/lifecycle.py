@@ -19,6 +19,7 @@ from ..postgres.schema import PURGE_SETTING, SCHEMA
 from .records import UNSCOPED, ImportedMemory, MemoryChange, MemoryRecord, MemoryVersion, NewMemory, Scope, StoreRecord
 from .statements import (
     MEMORY_COLUMNS,
+    SENTENCES_PENDING,
     VERSIONED_COLUMNS,
     entries_where,
     entry_params,
@@ -125,6 +126,10 @@ class MemoryLifecycle:
                 # A vector goes in binary, as pgvector reads it: as text, it is a float formatted at a time.
                 column, form = ("embedding", "b") if name == "vector" else (name, "s")
                 assignments.append(f"{column} = %({name}){form}")
+            if "vector" in change.fields:
+                # Whose the new vector is: its sentences are embedded after when it is the server's model's.
+                values["sentences_state"] = SENTENCES_PENDING if change.embedded else None
+                assignments.append("sentences_state = %(sentences_state)s")
             cursor = await conn.execute(
                 f"UPDATE {SCHEMA}.memories SET {', '.join(assignments)}"
                 f" WHERE namespace = %(namespace)s AND id = %(id)s RETURNING {MEMORY_COLUMNS}",
@@ -143,7 +148,9 @@ class MemoryLifecycle:
         dimension, ttl = await store_settings(conn, namespace, store, lock="FOR SHARE")
         check_dimension(change.vector, dimension, store, "memory.vector")
         await delete_expired(conn, namespace, [memory_id], live_at)
-        new = NewMemory(change.content, change.vector, memory_id, change.metadata, change.scope, change.expire_time)
+        new = NewMemory(
+            change.content, change.vector, memory_id, change.metadata, change.scope, change.expire_time, change.embedded
+        )
         cursor = await conn.execute(
             insert_entries("DO NOTHING", MEMORY_COLUMNS), entry_params(namespace, [(memory_id, store, new)], ttl)
         )
@@ -294,6 +301,7 @@ class MemoryLifecycle:
                         namespace,
                         [(m.memory.id, m.store, m.memory) for m in memories],
                         times=[(m.create_time, m.update_time) for m in memories],
+                        imported=True,
                     ),
                 )
                 for row in await cursor.fetchall():

@@ -80,6 +80,8 @@ class NewMemory:
     scope: Scope = Scope()
     # None: the store's default time-to-live after it is added, or never.
     expire_time: datetime | None = None
+    # Whether the server's model made `vector`: its sentences are then embedded too, after (memory/sentences.py).
+    embedded: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class MemoryChange:
     scope: Scope = Scope()
     vector: Sequence[float] = ()
     expire_time: datetime | None = None
+    # Whether the server's model made `vector` (`NewMemory.embedded`).
+    embedded: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,10 +179,12 @@ class Candidate(ScoredRecord):
     """An entry a ranking weighs, as the search read it: for one the full-text search found, the weight
     of the query's words it holds (its BM25 share for the default, its rare words' for hybrid; None for
     the vector search's); for one found nearest to a part of a question that asks several things
-    (`Asked.parts`), that part's number from 1, its score the similarity to that part."""
+    (`Asked.parts`), that part's number from 1, its score the similarity to that part; for one found by its
+    sentences (migration 24), its best sentence's similarity (`sentence`), its score its own."""
 
     lexical: float | None = None
     part: int = 0
+    sentence: float | None = None
 
 
 @dataclass

@@ -105,7 +105,7 @@ class Rememberer:
         if not extract:
             vectors = await self._embedder.embed([turn.text for turn in new], tenant=namespace)
             memories = [
-                NewMemory(turn.text, vector, f"turn-{key}", metadata, scope)
+                NewMemory(turn.text, vector, f"turn-{key}", metadata, scope, embedded=True)
                 for turn, key, vector in zip(new, new_keys, vectors, strict=True)
             ]
             added = await self._lifecycle.remember_turns(namespace, store, scope, new_keys, memories)
@@ -116,14 +116,19 @@ class Rememberer:
         digest = hashlib.sha256("".join(new_keys).encode()).hexdigest()
         memories = [
             NewMemory(
-                text, vector, f"fact-{hashlib.sha256((digest + text).encode()).hexdigest()[:32]}", metadata, scope
+                text,
+                vector,
+                f"fact-{hashlib.sha256((digest + text).encode()).hexdigest()[:32]}",
+                metadata,
+                scope,
+                embedded=True,
             )
             for text, vector in zip(adds, vectors[: len(adds)], strict=True)
         ]
         added = await self._lifecycle.remember_turns(namespace, store, scope, new_keys, memories)
         outcome.memories = [("added", record) for record in added]
         for (kept, text), vector in zip(updates, vectors[len(adds) :], strict=True):
-            change = MemoryChange(frozenset({"content", "vector"}), content=text, vector=vector)
+            change = MemoryChange(frozenset({"content", "vector"}), content=text, vector=vector, embedded=True)
             record, _ = await self._lifecycle.update_memory(
                 namespace, kept.id, change, etag=kept.etag, scope=scope, replaced_by=replaced_by
             )

@@ -103,6 +103,9 @@ class MemorySearcher:
         # caller's vector, an operator's embedding service) are on a scale of their own.
         query = replace(query, gate=query.gate and not query.vector and self.embedder.name == LOCAL_MODEL)
         strategy = query.ranking or self.default_ranking
+        # Entries' sentences were embedded by the server's model: a query in its space (not a caller's vector) finds
+        # entries by them too, under the default.
+        by_sentence = ranking.SENTENCE_CANDIDATES if strategy is Ranking.STORE_AWARE and not query.vector else 0
         # Within one store, standing out from its crowd orders entries as similarity does: without words
         # to weigh, one nearest-neighbour query finds them.
         words = bool(query.text.strip())
@@ -153,6 +156,7 @@ class MemorySearcher:
                     names,
                     part_vectors,
                     seeds,
+                    by_sentence,
                 )
         durations["search"] = time.perf_counter() - searching
         unsearchable = [(name, known.get(name)) for name in query.stores if known.get(name) != len(query.vector)]
@@ -194,8 +198,9 @@ class MemorySearcher:
         with the strategy that ranked them and why it is not the one asked for. A reranker that fails
         leaves the store-aware order. Explaining, what each signal added to each candidate's score
         (`Found.considered`)."""
-        nearest = [c for c in candidates if c.lexical is None and not c.part]
+        nearest = [c for c in candidates if c.lexical is None and not c.part and c.sentence is None]
         words = sorted((c for c in candidates if c.lexical is not None), key=lambda c: -(c.lexical or 0.0))
+        by_sentence = [c for c in candidates if c.sentence is not None]
         parts: dict[int, list[Candidate]] = {}
         for candidate in candidates:
             if candidate.part:
@@ -225,6 +230,7 @@ class MemorySearcher:
                 ahead,
                 list(parts.values()),
                 entries,
+                by_sentence,
             )
         gated = strategy is Ranking.STORE_AWARE and query.gate and query.min_score is None
         gate = self.weighing if gated else None
@@ -274,6 +280,7 @@ class MemorySearcher:
         ahead: Neighbours,
         parts: Sequence[list[Candidate]],
         entries: int | None,
+        by_sentence: Sequence[Candidate] = (),
     ) -> tuple[list[Candidate], dict[str, float], dict[str, float], set[str], tuple[float, float] | None]:
         """Each candidate weighed by its signals (`weighing`): its similarity, its lead over its store's
         crowd and its share of the query's words (`ranking`), then, once the best ones' neighbours
@@ -294,10 +301,15 @@ class MemorySearcher:
 
         A question asking several things (`parts`: each part's nearest) is answered part by part: an
         entry stands out by the part it answers best (its similarity to that part, its lead over that
-        part's crowd), and each part's best entry comes first (`each_part_first`)."""
-        found = {c.id: c for c in (*words, *nearest)}
+        part's crowd), and each part's best entry comes first (`each_part_first`).
+
+        The entries found by their best sentence (`by_sentence`) are weighed with the rest, and each of them by how
+        much nearer its best sentence is than itself (`sentence`): a turn that says several things, one of which
+        the question asks about."""
+        found = {c.id: c for c in (*by_sentence, *words, *nearest)}
         crowds = ranking.crowds(nearest)
-        standing = ranking.stand_out([*nearest, *words], crowds)
+        standing = ranking.stand_out([*nearest, *words, *by_sentence], crowds)
+        sentences = {c.id: c.sentence for c in by_sentence if c.sentence is not None}
         for part in parts:
             for entry, stands in ranking.stand_out(part, ranking.crowds(part)).items():
                 standing[entry] = max(standing.get(entry, stands), stands)
@@ -322,7 +334,7 @@ class MemorySearcher:
         sessions = ranking.best_in_session(worded, {c.id: _session(c) for c in found.values()})
         weigh = functools.partial(
             _weigh, found, worded, beside, crowds, lexical, sessions, top, asked, self.weighing, query.explain,
-            unknown_names, signals, inputs, entries, functools.partial(self.readings.of, namespace),
+            unknown_names, signals, inputs, entries, functools.partial(self.readings.of, namespace), sentences,
         )  # fmt: skip
         scores, gate_scores, under_floor, likest = await self._off_the_loop(
             namespace, _read(found.values()) <= READ_ON_THE_LOOP, weigh
@@ -441,12 +453,14 @@ def _weigh(
     inputs: dict[str, dict[str, float]],
     entries: int | None,
     read: Callable[[Candidate], Reading],
+    sentences: Mapping[str, float],
 ) -> tuple[dict[str, float], dict[str, float], set[str], tuple[float, float] | None]:
     """Each of `found` weighed by its signals (`MemorySearcher._store_aware`): its score, its gate score, and
     whether it is under the gate's floor; and, when none is as like the question as the gate's `least` for a
     scope of `entries` (`Weighing.reaches_least`), the likest one's similarity and that least (else None).
     Explaining, what each signal added goes in `signals`, their values in `inputs`, by id. Each entry's text is
-    read by `read` (`Readings.of`, which keeps what it read)."""
+    read by `read` (`Readings.of`, which keeps what it read); `sentences` holds the best sentence's similarity of
+    those found by their sentences."""
     scores: dict[str, float] = {}
     gate_scores: dict[str, float] = {}
     under_floor: set[str] = set()
@@ -476,6 +490,7 @@ def _weigh(
             "written_neighbour": 0.0 if in_session else neighbouring,
             "written_answers": 0.0 if in_session else answering,
             "specific": readings[entry].specific(people),
+            "sentence": max(0.0, sentences[entry] - candidate.score) if entry in sentences else 0.0,
         }
         scores[entry] = weighing.score(values)
         gate_scores[entry] = weighing.gate_score(values)

@@ -56,10 +56,11 @@ def memory_from_row(row: dict[str, Any], etag_key: bytes) -> MemoryRecord:
     )
 
 
-def _scope_filter(columns: Iterable[str]) -> sql.Composable:
-    """` AND m.user_id = %(user_id)s`, … for each column of a scope's fields (the entries' table is `m`)."""
+def _scope_filter(columns: Iterable[str], table: str = "m") -> sql.Composable:
+    """` AND m.user_id = %(user_id)s`, … for each column of a scope's fields (the entries' table is `m`; the
+    sentences', `s`, keeps them too)."""
     return sql.SQL("").join(
-        sql.SQL(" AND {} = {}").format(sql.Identifier("m", column), sql.Placeholder(column)) for column in columns
+        sql.SQL(" AND {} = {}").format(sql.Identifier(table, column), sql.Placeholder(column)) for column in columns
     )
 
 
@@ -276,6 +277,54 @@ def words_statement(dimension: int, lexical: str, where: str, beside: bool, filt
     )
 
 
+# The sentences of a scope's entries read by one search (`sentences_statement`), at most: an exact read of each
+# one's distance, about a millisecond for 2,500 (a LoCoMo conversation's 600 turns), read by the scope's index
+# (migration 24). A scope of more has none of its entries found by sentence (its count is read first, from the
+# index alone, up to this many), and those found otherwise are weighed without their sentences' lead.
+SENTENCES_READ_MOST = 8000
+
+
+@functools.lru_cache(maxsize=128)
+def sentences_statement(dimension: int, where: str, scope: tuple[str, ...], filtered: bool) -> str:
+    """The statement reading the `%(by_sentence)s` entries whose best sentence (migration 24's rows) is nearest to
+    `%(vector)b` among the stores of the dimension and the scope's fields `scope` (none when the scope holds more
+    than `%(sentences_most)s` sentences: `SENTENCES_READ_MOST`), each read by its key within the entries'
+    conditions `where`, with its own distance and its best sentence's (`sentence_distance`), and its neighbours, as
+    `candidates_statement` reads them with `beside` (`filtered` when `where` holds a filter). Of each entry's
+    content, what the weighing reads. Composed once per shape."""
+    in_scope = (
+        " FROM {sentences} s WHERE s.namespace = %(namespace)s"
+        " AND s.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})){scope}"
+    )
+    read = (
+        _KNOWN_STORES + ", held AS MATERIALIZED (SELECT count(*) AS held FROM (SELECT" + in_scope
+        + " LIMIT %(sentences_most)s + 1) AS c), best AS MATERIALIZED ("
+        " SELECT s.memory_id, min(s.embedding <=> %(vector)b)::float8 AS sentence_distance" + in_scope
+        + " AND NOT (s.memory_id = ANY(%(exclude)s)) AND (SELECT h.held FROM held h) <= %(sentences_most)s"
+        " GROUP BY s.memory_id ORDER BY 2 LIMIT %(by_sentence)s"
+        "), found AS MATERIALIZED (SELECT m.*, b.sentence_distance FROM best b CROSS JOIN LATERAL ("
+        " SELECT {columns}, {distance} AS distance FROM {memories} m"
+        " WHERE m.namespace = %(namespace)s AND m.id = b.memory_id{where} OFFSET 0) AS m),"
+        + _SEEDS.format(order="")
+        + " SELECT f.*, " + _SEEDED + ", NULL::text AS beside FROM found f"
+        " UNION ALL SELECT " + _NEIGHBOUR + ", NULL::float8, false, n.beside" + _read_beside(filtered)
+    )  # fmt: skip
+    return (
+        sql.SQL(read)
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            sentences=sql.Identifier(SCHEMA, "sentences"),
+            columns=_CANDIDATE_COLUMNS,
+            memories=sql.Identifier(SCHEMA, "memories"),
+            dim=sql.Literal(dimension),
+            where=sql.SQL(where),
+            scope=_scope_filter(scope, "s"),
+            distance=sql.SQL(_EXACT_DISTANCE),
+        )
+        .as_string(None)
+    )
+
+
 # Each entry a words' function found (`matched`), read by its key on its own, within the conditions (`m`): kept apart
 # from the statement around it (`OFFSET 0`), the planner cannot join the matches to every entry of the scope instead,
 # which it did for a store it held no statistics of yet (its first minute, before autovacuum's turn): 419 entries read
@@ -443,13 +492,19 @@ def once(rows: list[dict[str, Any]], column: str) -> Any:
 
 # An entry's columns as a write gives them; the rest (seq, version, lexemes) Postgres fills in.
 _ENTRY_COLUMNS = (
-    "id, store, content, metadata, user_id, agent_id, session_id, embedding, create_time, update_time, expire_time"
+    "id, store, content, metadata, user_id, agent_id, session_id, embedding, create_time, update_time, expire_time,"
+    " sentences_state"
 )
 _ENTRY_ARRAYS = (
     "%(ids)s::text[], %(stores)s::text[], %(contents)s::text[], %(metadata)s::jsonb[], %(user_ids)s::text[],"
     " %(agent_ids)s::text[], %(session_ids)s::text[], %(embeddings)b::vector[], %(create_times)s::timestamptz[],"
-    " %(update_times)s::timestamptz[], %(expire_times)s::timestamptz[]"
+    " %(update_times)s::timestamptz[], %(expire_times)s::timestamptz[], %(sentences_states)s::smallint[]"
 )
+# Whose vector an entry holds, as `memories.sentences_state` says it (migration 24): the caller's (NULL), the
+# server's model's (its sentences to be embedded), or not known (checked before its sentences are embedded).
+SENTENCES_PENDING = 0
+SENTENCES_UNCHECKED = 1
+SENTENCES_DONE = 2
 
 
 def insert_entries(on_conflict: str, returning: str, keep_times: bool = False) -> str:
@@ -475,7 +530,7 @@ def insert_entries(on_conflict: str, returning: str, keep_times: bool = False) -
         f" INSERT INTO {SCHEMA}.memories AS m (namespace, {_ENTRY_COLUMNS}, dimension)"
         " SELECT %(namespace)s, g.id, g.store, g.content, g.metadata, g.user_id, g.agent_id, g.session_id,"
         f" g.embedding, {created}, {updated},"
-        " coalesce(g.expire_time, now() + %(ttl)s::interval), vector_dims(g.embedding)"
+        " coalesce(g.expire_time, now() + %(ttl)s::interval), g.sentences_state, vector_dims(g.embedding)"
         f" FROM given g ON CONFLICT (namespace, id) {on_conflict} RETURNING {returning}"
     )
 
@@ -510,10 +565,16 @@ def entry_params(
     entries: Sequence[tuple[str, str, NewMemory]],
     ttl: timedelta | None = None,
     times: Sequence[tuple[Any, Any]] = (),
+    imported: bool = False,
 ) -> dict[str, Any]:
     """`insert_entries`' parameters for (id, store, entry) triples, with each one's (create, update)
-    times where given."""
+    times where given. Whose vector each holds (`sentences_state`): the server's model's when it says it was
+    `embedded`, else the caller's, unless `imported`: an imported vector may be an export of the server's own, and
+    is checked."""
     times = times or [(None, None)] * len(entries)
+    states = [
+        SENTENCES_PENDING if memory.embedded else SENTENCES_UNCHECKED if imported else None for _, _, memory in entries
+    ]
     return {
         "namespace": namespace,
         "ids": [entry_id for entry_id, _, _ in entries],
@@ -527,5 +588,6 @@ def entry_params(
         "create_times": [created for created, _ in times],
         "update_times": [updated for _, updated in times],
         "expire_times": [memory.expire_time for _, _, memory in entries],
+        "sentences_states": states,
         "ttl": ttl,
     }

@@ -38,6 +38,7 @@ from .statements import (
     GENERIC_PLAN,
     INDEX_FIRST,
     MEMORY_COLUMNS,
+    SENTENCES_READ_MOST,
     STORE_COLUMNS,
     anchored,
     candidates_statement,
@@ -50,6 +51,7 @@ from .statements import (
     neighbours_statement,
     once,
     search_statement,
+    sentences_statement,
     stored_as_given,
     unknown_share,
     whole_statement,
@@ -91,10 +93,12 @@ class PostgresMemoryStore:
         """One read acting for `namespace` (`Database.read`)."""
         return await self._database.read(namespace, query, params, settings)
 
-    async def read_all(self, namespace: str, reads: Sequence[Read], apart: bool) -> list[list[dict[str, Any]]]:
-        """Several reads acting for `namespace`, in one round trip, or with `apart` the first beside the
+    async def read_all(
+        self, namespace: str, reads: Sequence[Read], apart: bool, first: int = 1
+    ) -> list[list[dict[str, Any]]]:
+        """Several reads acting for `namespace`, in one round trip, or with `apart` the `first` beside the
         rest when a second connection is spare (`Database.read_all`)."""
-        return await self._database.read_all(namespace, reads, apart)
+        return await self._database.read_all(namespace, reads, apart, first)
 
     def now(self) -> datetime:
         """What time it is for expiry: an entry is gone from every read the moment this passes its expiry."""
@@ -254,6 +258,7 @@ class PostgresMemoryStore:
         names: Sequence[str] = (),
         parts: Sequence[Sequence[float]] = (),
         seeds: int = 0,
+        by_sentence: int = 0,
     ) -> tuple[dict[str, int], list[Candidate], float, Neighbours, int | None]:
         """In one round trip: the dimension of each store asked for that exists (as `search`), and among
         the stores of `query.vector`'s dimension, the `per_store` entries nearest to it in each store
@@ -265,8 +270,10 @@ class PostgresMemoryStore:
         not applied: a store's crowd counts every entry. With `parts` (the vectors of a question's parts,
         `Asked.parts`), each part's nearest as well, read as the question's are (`Candidate.part`). With
         `seeds`, the neighbours (as `neighbours` reads them) of the `seeds` nearest and of every word
-        match, read ahead in the same statements (`Neighbours`). Last, how many entries the scope holds,
-        up to `NAMES_SAMPLE` (read with `word_matches`' words; None without them)."""
+        match, read ahead in the same statements (`Neighbours`). With `by_sentence`, that many entries whose
+        best sentence is nearest (`sentences_statement`, their neighbours read ahead too with `seeds`), each with
+        its best sentence's similarity (`Candidate.sentence`). Last, how many entries the scope holds, up to
+        `NAMES_SAMPLE` (read with `word_matches`' words; None without them)."""
         where, params = self._searching(namespace, scope, query)
         params |= {
             "per_store": per_store,
@@ -278,6 +285,11 @@ class PostgresMemoryStore:
         each_store, settings = filtered or len(query.stores) == 1, INDEX_FIRST if filtered else None
         nearest = candidates_statement(dimension, where, each_store, beside=seeds > 0, filtered=filtered)
         reads = [Read(nearest, params | {"seeds": seeds}, settings)]
+        if by_sentence:
+            # Beside the nearest, on their connection: the two together take about as long as the words alone.
+            sentences = sentences_statement(dimension, where, tuple(scope.fields()), filtered)
+            wanted = {"by_sentence": by_sentence, "sentences_most": SENTENCES_READ_MOST}
+            reads.append(Read(sentences, params | wanted, settings))
         if parts:
             part_read = candidates_statement(dimension, where, each_store)
             reads += [Read(part_read, params | {"vector": np.asarray(v, dtype=np.float32)}, settings) for v in parts]
@@ -292,13 +304,16 @@ class PostgresMemoryStore:
             reads.append(Read(matching, params | asked, planned))
         # The nearest and the words are read side by side when a second connection is spare: Postgres plans
         # and runs each in its own process, and the call waits for the longer rather than for both.
-        rows, *read = await self.read_all(namespace, reads, apart=True)
+        rows, *read = await self.read_all(namespace, reads, apart=True, first=2 if by_sentence else 1)
+        sentence_rows = read.pop(0) if by_sentence else []
         by_part, matched = read[: len(parts)], read[len(parts) :]
         neighbours = Neighbours()
         if seeds:
             rows = self._read_ahead(rows, neighbours)
         if matched and ahead:
             matched[0] = self._read_ahead(matched[0], neighbours)
+        if sentence_rows:
+            sentence_rows = self._read_ahead(sentence_rows, neighbours)
         unknown = unknown_share(matched[0]) if names and matched else 0.0
         entries = int(once(matched[0], "sampled")) if matched and words == "word_matches" else None
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
@@ -316,6 +331,10 @@ class PostgresMemoryStore:
         for row in matched[0] if matched else ():
             if row["id"] is not None:
                 found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
+        found += [
+            Candidate(self.record(row), 1.0 - float(row["distance"]), sentence=1.0 - float(row["sentence_distance"]))
+            for row in sentence_rows
+        ]
         return known_stores(rows), found, unknown, neighbours, entries
 
     def _read_ahead(self, rows: list[dict[str, Any]], neighbours: Neighbours) -> list[dict[str, Any]]:

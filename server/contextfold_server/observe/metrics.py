@@ -123,6 +123,13 @@ class Metrics:
             "Expired entries deleted by the background purge (they were not returned from the moment they expired)",
             registry=self.registry,
         )
+        self.sentences_settled = Counter(
+            "contextfold_sentences_settled",
+            "Entries whose sentences the bulk workers looked at, by outcome: embedded (a row for each sentence), one"
+            " (one sentence: its own vector is its sentence's), none (a vector not the server's model's)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.reranker_calls = Counter(
             "contextfold_reranker_calls",
             "Calls to the remote reranker by outcome: ok, or timeout, unreachable, status, answer, no_text (each"

@@ -177,16 +177,18 @@ class Database:
         (rows,) = await self.read_all(namespace, [Read(query, params, settings)])
         return rows
 
-    async def read_all(self, namespace: str, reads: Sequence[Read], apart: bool = False) -> list[list[dict[str, Any]]]:
+    async def read_all(
+        self, namespace: str, reads: Sequence[Read], apart: bool = False, first: int = 1
+    ) -> list[list[dict[str, Any]]]:
         """The rows of each of `reads`, in one transaction and one round trip (as `read`): each
         statement runs after its settings are set (the first's with the namespace's, in one statement),
         and they last the rest of the transaction. With `apart`, when a second connection is spare
-        (`_TenantTurns.spare`, and one idle in the pool), the first read runs on one and the rest on the
+        (`_TenantTurns.spare`, and one idle in the pool), the `first` reads run on one and the rest on the
         other at once: two transactions, each with a snapshot of its own, which Postgres runs side by side."""
         self._refuse_while_unreachable()
         try:
             async with self._turns.turn(namespace), self._pool.connection() as pooled:
-                if not (apart and len(reads) > 1 and self._turns.spare(namespace) and self._idle()):
+                if not (apart and len(reads) > first and self._turns.spare(namespace) and self._idle()):
                     return await self._pipelined(cast(Connection, pooled), namespace, reads)
                 async with self._turns.turn(namespace), self._pool.connection() as other:
                     # A task group: neither connection goes back to the pool before its pipeline has ended,
@@ -194,11 +196,13 @@ class Database:
                     # first: the longer part (a search's words), it is not held back by the first's sending.
                     try:
                         async with asyncio.TaskGroup() as group:
-                            rest = group.create_task(self._pipelined(cast(Connection, other), namespace, reads[1:]))
-                            first = group.create_task(self._pipelined(cast(Connection, pooled), namespace, reads[:1]))
+                            rest = group.create_task(self._pipelined(cast(Connection, other), namespace, reads[first:]))
+                            ahead = group.create_task(
+                                self._pipelined(cast(Connection, pooled), namespace, reads[:first])
+                            )
                     except BaseExceptionGroup as failed:
                         raise failed.exceptions[0] from None
-                    return [*first.result(), *rest.result()]
+                    return [*ahead.result(), *rest.result()]
         except (psycopg.OperationalError, TimeoutError) as error:
             raise self.refusal(error) from error
 

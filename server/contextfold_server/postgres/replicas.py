@@ -141,19 +141,21 @@ class Databases:
         (rows,) = await self.read_all(namespace, [Read(query, params, settings)])
         return rows
 
-    async def read_all(self, namespace: str, reads: Sequence[Read], apart: bool = False) -> list[list[dict[str, Any]]]:
-        """The rows of each of `reads` in one transaction, or with `apart` maybe two side by side
-        (`Database.read_all`), from a replica that can serve them, else from the primary."""
+    async def read_all(
+        self, namespace: str, reads: Sequence[Read], apart: bool = False, first: int = 1
+    ) -> list[list[dict[str, Any]]]:
+        """The rows of each of `reads` in one transaction, or with `apart` maybe two side by side, the `first`
+        beside the rest (`Database.read_all`), from a replica that can serve them, else from the primary."""
         replica = self._chosen()
         if replica is not None:
             try:
-                found = await replica.database.read_all(namespace, reads, apart)
+                found = await replica.database.read_all(namespace, reads, apart, first)
             except (Unavailable, psycopg.Error) as error:
                 self._failed(replica, error)
             else:
                 self._answered(replica.name)
                 return found
-        found = await self.primary.read_all(namespace, reads, apart)
+        found = await self.primary.read_all(namespace, reads, apart, first)
         self._answered(PRIMARY)
         return found
 

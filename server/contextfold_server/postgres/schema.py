@@ -28,6 +28,7 @@ TENANT_TABLES = (
     "memories",
     "providers",
     "memory_versions",
+    "sentences",
     "remembered_turns",
     "tenant_usage",
     "provider_outcomes",
