@@ -13,6 +13,7 @@ import pytest
 from contextfold import Client
 from contextfold.v1 import memory_pb2
 from contextfold_server.engine.weighing import MOST_SENTENCES, entry_sentences
+from contextfold_server.memory.sentences import FILL_TEXTS, within_texts
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
@@ -65,6 +66,16 @@ def test_an_entry_of_one_sentence_has_none_of_its_own_and_a_long_one_has_at_most
     assert entry_sentences("Caroline: I love pottery!") == []
     many = " ".join(f"Fact {n} is here." for n in range(40))
     assert entry_sentences(many) == [f"Fact {n} is here." for n in range(MOST_SENTENCES)]
+
+
+def test_a_round_gives_the_model_a_bounded_share_of_a_tenants_texts() -> None:
+    turn = {"content": "Ana: One. Two. Three. Four.", "sentences_state": 0}
+    unknown = {"content": "Ana: One. Two. Three. Four.", "sentences_state": 1}
+    long = {"content": " ".join(f"Fact {n}." for n in range(40)), "sentences_state": 0}
+
+    assert len(within_texts([turn] * 64)) == FILL_TEXTS // 4
+    assert len(within_texts([unknown] * 64)) == FILL_TEXTS // 5, "one embedded again counts its whole text"
+    assert within_texts([long], most=3) == [long], "the first goes, whatever it holds"
 
 
 # Written after the entry, kept with it

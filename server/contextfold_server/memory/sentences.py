@@ -17,6 +17,7 @@ of its text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import zlib
@@ -29,15 +30,19 @@ import numpy as np
 
 from ..embedding.batching import BatchingEmbedder
 from ..engine.weighing import READ_MOST, entry_sentences
+from ..errors import ResourceExhausted
 from ..postgres.schema import SCHEMA
 from .statements import SENTENCES_DONE, SENTENCES_UNCHECKED
 from .store import PostgresMemoryStore
 
 logger = logging.getLogger(__name__)
 
-# The entries of one namespace settled in one round: one batch of the model's, about a second of it for a
-# conversation's turns, and one short transaction.
+# The entries of one namespace read in one round, and the most texts (sentences, and entries embedded again) the
+# round gives the model for them: about a second of the model's time, a few of its batches, and one short
+# transaction. The rest wait for the next round. A tenant may queue 2,048 texts on the model (`BatchingEmbedder`):
+# its own calls keep most of that room.
 FILL_BATCH = 64
+FILL_TEXTS = 256
 # How often a bulk worker looks for entries whose sentences are left to embed (jittered), when it found none.
 FILL_INTERVAL_SECONDS = 1.0
 # The setting that lets the filler's connection see which namespaces have entries waiting (migration 24's policy).
@@ -71,7 +76,7 @@ _SETTLE = (
     f" INSERT INTO {SCHEMA}.sentences"
     " (namespace, memory_id, position, store, user_id, agent_id, session_id, dimension, embedding)"
     " SELECT s.namespace, s.id, t.position, s.store, s.user_id, s.agent_id, s.session_id, s.dimension, t.embedding"
-    " FROM settled s JOIN unnest(%(sentence_ids)s::text[], %(positions)s::smallint[], %(embeddings)b::vector[])"
+    " FROM settled s JOIN unnest(%(sentence_ids)s::text[], %(positions)s::smallint[], %(embeddings)b::halfvec[])"
     " AS t(id, position, embedding) ON t.id = s.id WHERE s.namespace = %(namespace)s"
     " ON CONFLICT DO NOTHING"
 )
@@ -127,7 +132,9 @@ class SentenceFiller:
         settled, after = 0, ""
         while (namespace := await self._next_waiting(after)) is not None:
             if self._mine(namespace):
-                settled += await self.fill_namespace(namespace)
+                # The tenant's own calls may fill its room on the model: its sentences wait a round, not the others'.
+                with contextlib.suppress(ResourceExhausted):
+                    settled += await self.fill_namespace(namespace)
             after = namespace
         return settled
 
@@ -142,7 +149,7 @@ class SentenceFiller:
 
     async def fill_namespace(self, namespace: str, batch: int = FILL_BATCH) -> int:
         """Settle up to `batch` of `namespace`'s entries waiting, oldest first: how many were read."""
-        rows = await self._store.read(namespace, _WAITING, {"namespace": namespace, "batch": batch})
+        rows = within_texts(await self._store.read(namespace, _WAITING, {"namespace": namespace, "batch": batch}))
         if not rows:
             return 0
         settled = await self._settle(namespace, rows)
@@ -195,6 +202,19 @@ class SentenceFiller:
         }
         async with self._store.connection(namespace) as conn:
             await conn.execute(_SETTLE, params)
+
+
+def within_texts(rows: list[dict[str, Any]], most: int = FILL_TEXTS) -> list[dict[str, Any]]:
+    """The first of `rows` whose texts to embed (`entry_sentences`, and an entry not known to be the model's whole)
+    number `most` at most together; the first always, whatever it has."""
+    kept: list[dict[str, Any]] = []
+    texts = 0
+    for row in rows:
+        texts += len(entry_sentences(row["content"])) + (row["sentences_state"] == SENTENCES_UNCHECKED)
+        if kept and texts > most:
+            break
+        kept.append(row)
+    return kept
 
 
 def _outcome(entry: Settled) -> str:

@@ -38,6 +38,7 @@ from .statements import (
     GENERIC_PLAN,
     INDEX_FIRST,
     MEMORY_COLUMNS,
+    SENTENCES_PLAN,
     SENTENCES_READ_MOST,
     STORE_COLUMNS,
     anchored,
@@ -289,7 +290,7 @@ class PostgresMemoryStore:
             # Beside the nearest, on their connection: the two together take about as long as the words alone.
             sentences = sentences_statement(dimension, where, tuple(scope.fields()), filtered)
             wanted = {"by_sentence": by_sentence, "sentences_most": SENTENCES_READ_MOST}
-            reads.append(Read(sentences, params | wanted, settings))
+            reads.append(Read(sentences, params | wanted, SENTENCES_PLAN))
         if parts:
             part_read = candidates_statement(dimension, where, each_store)
             reads += [Read(part_read, params | {"vector": np.asarray(v, dtype=np.float32)}, settings) for v in parts]
