@@ -17,7 +17,6 @@ of its text.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import zlib
@@ -117,7 +116,7 @@ class SentenceFiller:
 
     async def run(self, interval: float = FILL_INTERVAL_SECONDS) -> None:
         """Forever: settle what waits, a round after another while any is left, else every `interval` seconds
-        (jittered). A failure (the database down, the tenant's queue on the model full) waits for the next round."""
+        (jittered). A failure (the database down) waits for the next round."""
         while True:
             try:
                 if await self.fill():
@@ -128,14 +127,23 @@ class SentenceFiller:
 
     async def fill(self) -> int:
         """One round: a batch of each namespace (of this worker's share) that has entries waiting, in turn, so
-        that one tenant's backlog delays another's by one batch at most. How many entries were settled."""
+        that one tenant's backlog delays another's by one batch at most, and what fails for one namespace waits
+        for its next round without holding back the namespaces after it. How many entries were settled."""
         settled, after = 0, ""
         while (namespace := await self._next_waiting(after)) is not None:
-            if self._mine(namespace):
-                # The tenant's own calls may fill its room on the model: its sentences wait a round, not the others'.
-                with contextlib.suppress(ResourceExhausted):
-                    settled += await self.fill_namespace(namespace)
             after = namespace
+            if not self._mine(namespace):
+                continue
+            try:
+                settled += await self.fill_namespace(namespace)
+            except ResourceExhausted:
+                pass  # the tenant's own calls fill its room on the model: its sentences wait a round
+            except Exception as error:  # noqa: BLE001 - its next round tries again; the others go on
+                logger.warning(
+                    "embedding entries' sentences failed, retrying next round | namespace=<%s> error=<%s>",
+                    namespace,
+                    error,
+                )
         return settled
 
     async def _next_waiting(self, after: str) -> str | None:
