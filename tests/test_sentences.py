@@ -14,11 +14,13 @@ from contextfold import Client
 from contextfold.v1 import memory_pb2
 from contextfold_server.engine.weighing import MOST_SENTENCES, entry_sentences
 from contextfold_server.memory.sentences import FILL_TEXTS, within_texts
+from contextfold_server.memory.store import SENTENCELESS_SECONDS
 from contextfold_server.postgres.migrations import migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
 
 from harness.messages import unique, user
+from harness.polling import wait_for
 from harness.servers import Postgres, ServerProcess, sample, start_server
 
 
@@ -200,3 +202,25 @@ def test_a_turn_is_found_by_the_one_of_its_sentences_the_question_asks_about(cf:
     assert dict(first.inputs)["sentence"] > 0.15, "its best sentence is much nearer the question than the turn is"
     assert dict(first.signals)["sentence"] > first.score - second.score, "the sentence is what puts it first"
     assert elsewhere.id not in [c.id for c in result.report.candidates], "another scope's sentences are not searched"
+
+
+def test_a_scope_searched_before_its_sentences_were_written_finds_them_soon_after(
+    cf: Client, postgres: Postgres
+) -> None:
+    store = unique("soon")
+    cf.create_store(store)
+    question = [user("What kind of pet did Caroline's sister adopt?")]
+    scope = {"user_id": "soon"}
+    cf.add_memories(store, [{"content": "Caroline: My sister works at a bank downtown.", "user_id": "soon"}])
+    postgres.sentences_settled(timeout=60)
+    before = cf.inject(question, stores=[store], scope=scope, explain=True)  # a scope with no sentences yet
+    (puppy,) = cf.add_memories(store, [{"content": PUPPY, "user_id": "soon"}])
+    postgres.sentences_settled(timeout=60)
+
+    def lead() -> float:
+        found = cf.inject(question, stores=[store], scope=scope, explain=True).report.candidates
+        return next((dict(c.inputs)["sentence"] for c in found if c.id == puppy.id), 0.0)
+
+    assert all(dict(c.inputs)["sentence"] == 0.0 for c in before.report.candidates)
+    # Within the time a scope found without sentences is searched without them, and a loose margin.
+    assert wait_for(lambda: lead() > 0.15, SENTENCELESS_SECONDS + 5, what="the scope's sentences to be searched")

@@ -291,7 +291,8 @@ def sentences_statement(dimension: int, where: str, scope: tuple[str, ...], filt
     than `%(sentences_most)s` sentences: `SENTENCES_READ_MOST`), each read by its key within the entries'
     conditions `where`, with its own distance and its best sentence's (`sentence_distance`), and its neighbours, as
     `candidates_statement` reads them with `beside` (`filtered` when `where` holds a filter). Of each entry's
-    content, what the weighing reads. Composed once per shape."""
+    content, what the weighing reads. Its first row says how many sentences the scope holds (`held`, up to one more
+    than `%(sentences_most)s`), on a row of its own when none is found. Composed once per shape."""
     in_scope = (
         " FROM {sentences} s WHERE s.namespace = %(namespace)s"
         " AND s.store = ANY(ARRAY(SELECT name FROM known WHERE dimension = {dim})){scope}"
@@ -306,8 +307,9 @@ def sentences_statement(dimension: int, where: str, scope: tuple[str, ...], filt
         " SELECT {columns}, {distance} AS distance FROM {memories} m"
         " WHERE m.namespace = %(namespace)s AND m.id = b.memory_id{where} OFFSET 0) AS m),"
         + _SEEDS.format(order="")
-        + " SELECT f.*, " + _SEEDED + ", NULL::text AS beside FROM found f"
-        " UNION ALL SELECT " + _NEIGHBOUR + ", NULL::float8, false, n.beside" + _read_beside(filtered)
+        + " SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT h.held FROM held h) END AS held, f.*, " + _SEEDED
+        + ", NULL::text AS beside FROM (SELECT 1) AS one LEFT JOIN found f ON true"
+        " UNION ALL SELECT NULL, " + _NEIGHBOUR + ", NULL::float8, false, n.beside" + _read_beside(filtered)
     )  # fmt: skip
     return (
         sql.SQL(read)
