@@ -5,9 +5,11 @@ The signals are cheap, read from what the search fetched (engine/ranking.py has 
 the words and the neighbours): the similarity, its lead over the store's crowd and over the
 best candidate, the query's words held, a better neighbour or a better entry in the same
 session, a date the question names, a speaker the question names, whether it states something
-or only asks, a better turn just before it that asks what it answers, and how specifically it
-says which one (names, numbers, titles); for an entry in no session, its neighbours are those
-its author (a user, an agent) wrote just before and after it, weighed by signals of their own.
+or only asks, a better turn just before it that asks what it answers, how specifically it
+says which one (names, numbers, titles), and how much nearer its best sentence is than itself
+(an entry of several sentences has a vector for each: memory/sentences.py); for an entry in no
+session, its neighbours are those its author (a user, an agent) wrote just before and after it,
+weighed by signals of their own.
 A candidate's score is the weighed sum of its signals; the silence gate weighs them as a
 log-odds of relevance (a logistic fit), the order with those weights tuned for what the first
 five hold. The weights and the silence threshold are plain numbers in `weighing.json`, fitted by
