@@ -84,6 +84,36 @@ _CANDIDATE_COLUMNS = sql.SQL(", ").join(
     else sql.Identifier("m", column)
     for column in MEMORY_COLUMNS.split(", ")
 )
+
+
+def _composed(
+    text: str,
+    dimension: int,
+    where: str,
+    exact: bool = True,
+    columns: sql.Composable = _CANDIDATE_COLUMNS,
+    **more: sql.Composable,
+) -> str:
+    """A search statement's `text` with what they all name filled in: the stores' and the entries' tables
+    (`{stores}`, `{memories}`), the entries' `{columns}` (what the weighing reads, unless others are given), the
+    `{dim}`ension, the entries' conditions (`{where}`, `entries_where`), and an entry's `{distance}` to
+    `%(vector)b`, exact or the one the dimension's vector index serves; and `more`, a statement's own."""
+    distance = _EXACT_DISTANCE if exact else _INDEXED_DISTANCE
+    return (
+        sql.SQL(text)
+        .format(
+            stores=sql.Identifier(SCHEMA, "stores"),
+            memories=sql.Identifier(SCHEMA, "memories"),
+            columns=columns,
+            dim=sql.Literal(dimension),
+            where=sql.SQL(where),
+            distance=sql.SQL(distance).format(dim=sql.Literal(dimension)),
+            **more,
+        )
+        .as_string(None)
+    )
+
+
 # The stores found, on one row only: on every row, each would carry (and the driver decode) its copy.
 _KNOWN_ONCE = (
     "CASE WHEN row_number() OVER () = 1"
@@ -103,8 +133,8 @@ def search_statement(dimension: int, where: str, exact: bool = False) -> str:
     so every search of the same shape sends the same text (prepared by psycopg, planned per values).
     `exact` orders by the distance itself, which the vector index does not serve: every entry that
     matches is weighed. Its first row says how many candidates there were before `min_score`."""
-    return (
-        sql.SQL(
+    return _composed(
+        (
             _KNOWN_STORES + ", candidates AS MATERIALIZED ("
             # Iterative index scans may return near-ties slightly out of order;
             # the outer sort restores exact order over the few candidates.
@@ -118,16 +148,11 @@ def search_statement(dimension: int, where: str, exact: bool = False) -> str:
             " found.* FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM candidates"
             " WHERE %(max_distance)s::float8 IS NULL OR distance <= %(max_distance)s) AS found ON true"
             " ORDER BY found.distance"
-        )
-        .format(
-            stores=sql.Identifier(SCHEMA, "stores"),
-            columns=_M_COLUMNS,
-            memories=sql.Identifier(SCHEMA, "memories"),
-            dim=sql.Literal(dimension),
-            where=sql.SQL(where),
-            distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
-        )
-        .as_string(None)
+        ),
+        dimension,
+        where,
+        exact,
+        _M_COLUMNS,
     )
 
 
@@ -205,19 +230,7 @@ def candidates_statement(
     else:
         read = f"{_KNOWN_STORES} SELECT {_KNOWN_ONCE}, found.* FROM (SELECT 1) AS one LEFT JOIN ({nearest}) AS found"
         read += " ON true"
-    return (
-        sql.SQL(read)
-        .format(
-            stores=sql.Identifier(SCHEMA, "stores"),
-            nearest=sql.Identifier(SCHEMA, "nearest_per_store"),
-            columns=_CANDIDATE_COLUMNS,
-            memories=sql.Identifier(SCHEMA, "memories"),
-            dim=sql.Literal(dimension),
-            where=sql.SQL(where),
-            distance=sql.SQL(_EXACT_DISTANCE if exact else _INDEXED_DISTANCE).format(dim=sql.Literal(dimension)),
-        )
-        .as_string(None)
-    )
+    return _composed(read, dimension, where, exact, nearest=sql.Identifier(SCHEMA, "nearest_per_store"))
 
 
 @functools.lru_cache(maxsize=128)
@@ -256,24 +269,15 @@ def words_statement(dimension: int, lexical: str, where: str, beside: bool, filt
     else:
         matched = " SELECT m.*, matched.weight AS lexical FROM {function}(%(words)s,"
         ending = ""
-    return (
-        sql.SQL(
-            _KNOWN_STORES + matched + " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
-            " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS matched"
-            + _EACH_FOUND
-            + ending
-        )
-        .format(
-            stores=sql.Identifier(SCHEMA, "stores"),
-            columns=_CANDIDATE_COLUMNS,
-            memories=sql.Identifier(SCHEMA, "memories"),
-            function=sql.Identifier(SCHEMA, lexical),
-            dim=sql.Literal(dimension),
-            where=sql.SQL(where),
-            sample=sql.Identifier(SCHEMA, "scope_sample"),
-            distance=sql.SQL(_EXACT_DISTANCE),
-        )
-        .as_string(None)
+    return _composed(
+        _KNOWN_STORES + matched + " ARRAY(SELECT name FROM known WHERE dimension = {dim}), %(exclude)s,"
+        " (%(scope)s::text[])[1], (%(scope)s::text[])[2], (%(scope)s::text[])[3], %(lexical)s) AS matched"
+        + _EACH_FOUND
+        + ending,
+        dimension,
+        where,
+        function=sql.Identifier(SCHEMA, lexical),
+        sample=sql.Identifier(SCHEMA, "scope_sample"),
     )
 
 
@@ -311,19 +315,8 @@ def sentences_statement(dimension: int, where: str, scope: tuple[str, ...], filt
         + ", NULL::text AS beside FROM (SELECT 1) AS one LEFT JOIN found f ON true"
         " UNION ALL SELECT NULL, " + _NEIGHBOUR + ", NULL::float8, false, n.beside" + _read_beside(filtered)
     )  # fmt: skip
-    return (
-        sql.SQL(read)
-        .format(
-            stores=sql.Identifier(SCHEMA, "stores"),
-            sentences=sql.Identifier(SCHEMA, "sentences"),
-            columns=_CANDIDATE_COLUMNS,
-            memories=sql.Identifier(SCHEMA, "memories"),
-            dim=sql.Literal(dimension),
-            where=sql.SQL(where),
-            scope=_scope_filter(scope, "s"),
-            distance=sql.SQL(_EXACT_DISTANCE),
-        )
-        .as_string(None)
+    return _composed(
+        read, dimension, where, sentences=sql.Identifier(SCHEMA, "sentences"), scope=_scope_filter(scope, "s")
     )
 
 
