@@ -71,13 +71,14 @@ def test_an_entry_of_one_sentence_has_none_of_its_own_and_a_long_one_has_at_most
 
 
 def test_a_round_gives_the_model_a_bounded_share_of_a_tenants_texts() -> None:
-    turn = {"content": "Ana: One. Two. Three. Four.", "sentences_state": 0}
-    unknown = {"content": "Ana: One. Two. Three. Four.", "sentences_state": 1}
-    long = {"content": " ".join(f"Fact {n}." for n in range(40)), "sentences_state": 0}
+    turn = {"id": "turn", "content": "Ana: One. Two. Three. Four.", "sentences_state": 0}
+    unknown = {"id": "unknown", "content": "Ana: One. Two. Three. Four.", "sentences_state": 1}
+    long = {"id": "long", "content": " ".join(f"Fact {n}." for n in range(40)), "sentences_state": 0}
+    said = {row["id"]: entry_sentences(row["content"]) for row in (turn, unknown, long)}
 
-    assert len(within_texts([turn] * 64)) == FILL_TEXTS // 4
-    assert len(within_texts([unknown] * 64)) == FILL_TEXTS // 5, "one embedded again counts its whole text"
-    assert within_texts([long], most=3) == [long], "the first goes, whatever it holds"
+    assert len(within_texts([turn] * 64, said)) == FILL_TEXTS // 4
+    assert len(within_texts([unknown] * 64, said)) == FILL_TEXTS // 5, "one embedded again counts its whole text"
+    assert within_texts([long], said, most=3) == [long], "the first goes, whatever it holds"
 
 
 # Written after the entry, kept with it

@@ -21,7 +21,7 @@ import logging
 import random
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,22 +157,27 @@ class SentenceFiller:
 
     async def fill_namespace(self, namespace: str, batch: int = FILL_BATCH) -> int:
         """Settle up to `batch` of `namespace`'s entries waiting, oldest first: how many were read."""
-        rows = within_texts(await self._store.read(namespace, _WAITING, {"namespace": namespace, "batch": batch}))
+        read = await self._store.read(namespace, _WAITING, {"namespace": namespace, "batch": batch})
+        # Each entry's sentences, split once: none for an entry of another dimension than the model's.
+        said = {row["id"]: self._sentences(row) for row in read}
+        rows = within_texts(read, said)
         if not rows:
             return 0
-        settled = await self._settle(namespace, rows)
+        settled = await self._settle(namespace, rows, said)
         await self._write(namespace, settled)
         for outcome, entries in Counter(_outcome(entry) for entry in settled).items():
             self._settled(outcome, entries)
         return len(rows)
 
-    async def _settle(self, namespace: str, rows: list[dict[str, Any]]) -> list[Settled]:
-        """What each waiting entry gets: its sentences' vectors, none for an entry of one sentence or of another
-        dimension than the model's, and for an entry not known to be the model's, none unless its vector is."""
-        said = {
-            row["id"]: entry_sentences(row["content"]) if row["dimension"] == self._embedder.dimension else []
-            for row in rows
-        }
+    def _sentences(self, row: dict[str, Any]) -> list[str]:
+        """A waiting entry's sentences to embed (`entry_sentences`); none for an entry of another dimension than the
+        model's."""
+        return entry_sentences(row["content"]) if row["dimension"] == self._embedder.dimension else []
+
+    async def _settle(self, namespace: str, rows: list[dict[str, Any]], said: Mapping[str, list[str]]) -> list[Settled]:
+        """What each waiting entry gets: its sentences' vectors (`said`, by id), none for an entry of one sentence
+        or of another dimension than the model's, and for an entry not known to be the model's, none unless its
+        vector is."""
         texts: list[str] = []
         for row in rows:
             if said[row["id"]]:
@@ -212,13 +217,15 @@ class SentenceFiller:
             await conn.execute(_SETTLE, params)
 
 
-def within_texts(rows: list[dict[str, Any]], most: int = FILL_TEXTS) -> list[dict[str, Any]]:
-    """The first of `rows` whose texts to embed (`entry_sentences`, and an entry not known to be the model's whole)
-    number `most` at most together; the first always, whatever it has."""
+def within_texts(
+    rows: list[dict[str, Any]], said: Mapping[str, list[str]], most: int = FILL_TEXTS
+) -> list[dict[str, Any]]:
+    """The first of `rows` whose texts to embed (their sentences, `said` by id, and an entry not known to be the
+    model's whole) number `most` at most together; the first always, whatever it has."""
     kept: list[dict[str, Any]] = []
     texts = 0
     for row in rows:
-        texts += len(entry_sentences(row["content"])) + (row["sentences_state"] == SENTENCES_UNCHECKED)
+        texts += len(said[row["id"]]) + (row["sentences_state"] == SENTENCES_UNCHECKED)
         if kept and texts > most:
             break
         kept.append(row)
