@@ -47,7 +47,9 @@ from contextfold_server.engine.weighing import (
     UNKNOWN_NAMES,
     WEIGHTS_FILE,
     Weighing,
+    alone,
     content_words,
+    topic_words,
     words_copy,
 )
 
@@ -83,6 +85,9 @@ FLOORS = (-1.0, 0.0)
 # a smaller scope for less (`Weighing.least_for`, read off by `scopes`); the development data's scopes, of 369 to 680
 # entries, are asked the least chosen here up to 0.25.
 LEASTS = (-1.0, 0.1, 0.15, 0.2, 0.225, 0.25, 0.275, 0.3)
+# The shares of their words two candidates must hold in common for one to echo the other (`weighing.alone`), chosen
+# inside each fold (`cross_validated`) and for the fit on all (`fit_echoed`).
+ECHO_SHARES = (0.2, 0.3, 0.4)
 # The category of a general question none of our sets is about, asked of each set's stores (`collect`).
 OFF_TOPIC_CATEGORY = "off-topic"
 SIMILARITY = SIGNALS.index("similarity")
@@ -501,16 +506,16 @@ class Ranked:
 
 
 def cross_validated(questions: Sequence[Question]) -> tuple[dict[str, dict[str, float]], Weighing]:
-    """Each group's figures fitted without it (`fit`), and the weighing fitted on all: by group, and in
-    all (`cross-validated`, every held-out question together), with the in-sample figures of the fit on
-    all (`in-sample`); the figures by LoCoMo category too."""
+    """Each group's figures fitted without it (`fit_echoed`: the echo's share chosen on the other groups too), and
+    the weighing fitted on all: by group, and in all (`cross-validated`, every held-out question together), with
+    the in-sample figures of the fit on all (`in-sample`); the figures by LoCoMo category too, and the echo's share
+    each fold chose."""
     groups = sorted({q.group for q in questions})
     table: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for held in groups:
-        chosen = fit([q for q in questions if q.group != held])
-        for q in questions:
-            if q.group != held:
-                continue
+        chosen = fit_echoed([q for q in questions if q.group != held])
+        table[f"held out: {held}"]["echo share"].append(chosen.echo_share)
+        for q in echoed([q for q in questions if q.group == held], chosen.echo_share):
             if q.elsewhere:
                 table["cross-validated"][q.silence].append(0.0 if shown(q, chosen) else 1.0)
                 continue
@@ -518,11 +523,48 @@ def cross_validated(questions: Sequence[Question]) -> tuple[dict[str, dict[str, 
             table["cross-validated"][f"{q.kind} recall@5 ungated"].append(recall(q, chosen, False))
             table["cross-validated"][f"{q.kind} {q.category}"].append(recall(q, chosen))
             table[f"held out: {held}"][f"{q.kind} recall@5"].append(recall(q, chosen))
-    final = fit(questions)
-    for q in questions:
+    final = fit_echoed(questions)
+    table["in-sample"]["echo share"].append(final.echo_share)
+    for q in echoed(questions, final.echo_share):
         key = q.silence if q.elsewhere else f"{q.kind} recall@5"
         table["in-sample"][key].append((0.0 if shown(q, final) else 1.0) if q.elsewhere else recall(q, final))
     return {row: {k: statistics.fmean(v) for k, v in sorted(cells.items())} for row, cells in table.items()}, final
+
+
+def fit_echoed(questions: Sequence[Question]) -> Weighing:
+    """The fit (`fit`) on `questions` with their `alone` read at each of `ECHO_SHARES` in turn, whose recall@5 on
+    them is best (each kind counting alike), that share its `echo_share`."""
+    best: tuple[float, Weighing] | None = None
+    for share in ECHO_SHARES:
+        asked = echoed(questions, share)
+        chosen = dataclasses.replace(fit(asked), echo_share=share)
+        found = [q for q in asked if not q.elsewhere and q.candidates]
+        score = balanced(np.array([q.kind for q in found], dtype=str), np.array([recall(q, chosen) for q in found]))
+        if best is None or score > best[0]:
+            best = (score, chosen)
+    assert best is not None
+    return best[1]
+
+
+def echoed(questions: Sequence[Question], share: float) -> list[Question]:
+    """`questions` with each candidate's `alone` read at `share` (`weighing.alone`), among the candidates its report
+    holds: its best `MAX_EXPLAINED`, where the service reads it among all it found (docs/injection.md, "Said once or
+    said again")."""
+    return [_echoed(q, share) for q in questions]
+
+
+def _echoed(question: Question, share: float) -> Question:
+    """`question` with its candidates' `alone` at `share`: 1 for each in a session, as the service weighs them (every
+    turn of LoCoMo's store with session ids is in one; none of our sets' entries, nor of the other store, is)."""
+    if question.kind == "sessions":
+        lonely = [1.0] * len(question.candidates)
+    else:
+        lonely = alone([topic_words(c.content) for c in question.candidates], share)
+    candidates = [
+        dataclasses.replace(c, inputs={**c.inputs, "alone": value})
+        for c, value in zip(question.candidates, lonely, strict=True)
+    ]
+    return dataclasses.replace(question, candidates=candidates)
 
 
 def measure() -> list[Question]:
@@ -562,6 +604,7 @@ def write(chosen: Weighing, path: Path = WEIGHTS_FILE) -> None:
             "floor": float(chosen.floor),
             "least": float(chosen.least),
         },
+        "echo_share": float(chosen.echo_share),
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
 
@@ -638,7 +681,7 @@ def main() -> None:
     print("fit on all:", json.dumps({"weights": final.weights, "intercept": final.intercept}, default=float))
     print(
         f"gate: threshold {final.threshold}, unknown names {final.unknown_names}, floor {final.floor},"
-        f" least {final.least}"
+        f" least {final.least}; echo share {final.echo_share}"
     )
     if args.write:
         write(final)

@@ -25,15 +25,18 @@ from contextfold_server.engine.ranking import (
     store_aware,
 )
 from contextfold_server.engine.weighing import (
+    ECHOES_MOST,
     MOST_PARTS,
     READ_MOST,
     SPECIFIC_MOST,
     Reading,
+    alone,
     default_weighing,
     question_parts,
     speakers,
     specific,
     states,
+    topic_words,
 )
 from contextfold_server.memory.records import Candidate, MemoryRecord, Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
@@ -659,6 +662,33 @@ def test_how_specifically_an_entry_says_which_one() -> None:
     many = "It's by Patrick Rothfuss, and Maria's copy from Lisbon is signed in 3 places, in 2019 and 2020."
     assert specific(many, frozenset()) == 1.0, "counted up to SPECIFIC_MOST"
     assert specific("", frozenset()) == 0.0
+
+
+def test_how_alone_an_entry_is_among_the_candidates_that_echo_it() -> None:
+    said = [
+        "Small talk: the train station has a new cafe.",
+        "Mentioned over coffee that the train station has a new cafe.",
+        "They joked that the train station's new cafe is always full.",
+        "Chatted about how the new cafe at the train station opened.",
+        "Prefers tea without milk in the mornings.",
+    ]
+    topics = [topic_words(text) for text in said]
+    # Four say the station's cafe, each echoed by the other three; the preference by none.
+    assert alone(topics) == [0.0, 0.0, 0.0, 0.0, 1.0]
+    # With two of them, each is echoed once: a third of the way down.
+    assert alone(topics[:2] + topics[4:]) == pytest.approx([1 - 1 / ECHOES_MOST, 1 - 1 / ECHOES_MOST, 1.0])
+    # Sharing only words too common to say what a text is about is no echo.
+    assert len(topic_words("What is it that they have been about?")) == 0
+    assert (
+        alone([topic_words("The user is in the office."), topic_words("It is the user that was in it.")])
+        == [pytest.approx(1 - 1 / ECHOES_MOST)] * 2
+    ), "`user` is shared by both: half their words together"
+    assert alone([topic_words("Is it?"), topic_words("It is.")]) == [1.0, 1.0], "no words to share"
+    # The share asked for decides: two texts sharing a fifth of their words together echo at 0.2, not at 0.3.
+    fifth = [topic_words("red green blue"), topic_words("red yellow pink")]
+    assert alone(fifth, 0.2) == [pytest.approx(1 - 1 / ECHOES_MOST)] * 2
+    assert alone(fifth, 0.3) == [1.0, 1.0]
+    assert alone([]) == [] and alone([topics[0]]) == [1.0]
 
 
 def test_an_entry_changed_is_weighed_by_its_new_text(client: Client, make_store) -> None:
@@ -1307,6 +1337,40 @@ def test_a_near_copy_does_not_take_a_second_slot(client: Client, make_store) -> 
     # Ranked by similarity alone, both copies take a slot: the rule is the default ranking's.
     plain = client.inject([user(asked)], stores=[store], max_entries=3, ranking="similarity", min_score=-1.0)
     assert copies <= {entry.id for entry in plain.report.entries}
+
+
+# Small talk that comes back to one topic again and again: each says what the others say, in other words.
+ECHOED = [
+    "Small talk: the pasta place on the corner was packed for dinner last Friday.",
+    "Chatted about how the pasta place on the corner was packed for dinner on Friday.",
+    "They joked that the pasta place on the corner is always packed at dinner on Fridays.",
+    "Mentioned over coffee that the pasta place on the corner was packed at dinner again.",
+]
+
+
+def test_what_is_said_once_comes_before_small_talk_that_says_one_thing_again_and_again(
+    client: Client, make_store
+) -> None:
+    store = make_store("life")
+    prefix = unique("life")
+    said = {f"{prefix}-talk-{n}": text for n, text in enumerate(ECHOED)} | {
+        f"{prefix}-quiet": "Needs a quiet table at restaurant dinners because of mild hearing loss.",
+        f"{prefix}-aisle": "Prefers an aisle seat on long flights.",
+        f"{prefix}-run": "Runs three mornings a week.",
+    }
+    client.add_memories(store, [{"id": key, "content": text} for key, text in said.items()])
+    asked = [user("Find a restaurant for Friday dinner.")]
+    result = client.inject(asked, stores=[store], explain=True)
+    quiet = _candidate(result, f"{prefix}-quiet")
+    talk = [_candidate(result, f"{prefix}-talk-{n}") for n in range(len(ECHOED))]
+    assert quiet.inputs["alone"] == 1.0 and [t.inputs["alone"] for t in talk] == [0.0] * len(ECHOED)
+    assert sum(t.similarity > quiet.similarity for t in talk) >= 3, "the small talk is nearer in meaning"
+    assert result.report.entries[0].id == quiet.id
+    # Without what being said once adds, the small talk would come first.
+    assert quiet.score - quiet.signals["alone"] < max(t.score for t in talk)
+    # Ranked by similarity alone, it does.
+    plain = client.inject(asked, stores=[store], ranking="similarity")
+    assert plain.report.entries[0].id in {t.id for t in talk}
 
 
 def test_a_question_nothing_is_about_gets_nothing_and_the_report_says_why(client: Client, make_store) -> None:

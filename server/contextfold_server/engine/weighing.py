@@ -6,8 +6,10 @@ the words and the neighbours): the similarity, its lead over the store's crowd a
 best candidate, the query's words held, a better neighbour or a better entry in the same
 session, a date the question names, a speaker the question names, whether it states something
 or only asks, a better turn just before it that asks what it answers, how specifically it
-says which one (names, numbers, titles), and how much nearer its best sentence is than itself
-(an entry of several sentences has a vector for each: memory/sentences.py); for an entry in no
+says which one (names, numbers, titles), how much nearer its best sentence is than itself
+(an entry of several sentences has a vector for each: memory/sentences.py), and for an entry in no
+session how few of the other candidates say much the same (small talk retells its topic; what a
+request needs is often said once); for an entry in no
 session, its neighbours are those its author (a user, an agent) wrote just before and after it,
 weighed by signals of their own.
 A candidate's score is the weighed sum of its signals; the silence gate weighs them as a
@@ -27,9 +29,11 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
+
+import numpy as np
 
 # The signals a candidate is weighed by, in the order `weighing.json` lists their weights.
 SIGNALS = (
@@ -48,6 +52,7 @@ SIGNALS = (
     "written_answers",
     "specific",
     "sentence",
+    "alone",
 )
 # What the order's weights are fitted over: `standing` (the similarity, twice its lead over the crowd and 1.5
 # times the words' share: `ranking.with_words`) in place of its three parts. Fitted apart, the parts trade
@@ -66,6 +71,7 @@ FITTED_SIGNALS = (
     "written_answers",
     "specific",
     "sentence",
+    "alone",
 )
 # The signals the silence gate weighs (its weights are fitted apart from the order's, `weighing.json`).
 GATE_SIGNALS = FITTED_SIGNALS
@@ -80,6 +86,12 @@ FLOOR_WORDS = 0.5
 # at most 2 % of the requests with nothing (0.15 at 3 to 10 entries, 0.2 at 50, 0.225 at 100, 0.25 at 500).
 LEAST_AT_ONE = 0.125
 LEAST_PER_TENFOLD = 0.05
+# The share of two candidates' words together (Jaccard, `COMMON_WORDS` left out) they must hold in common for one to
+# echo the other (`alone`), unless `weighing.json` says (`Weighing.echo_share`, chosen by bench/weighing.py among 0.2,
+# 0.3 and 0.4 inside each fold of its cross-validation: docs/injection.md, "Said once or said again").
+ECHO_SHARE = 0.2
+# An entry with no words to compare (`topic_words`).
+_NO_WORDS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,8 @@ class Weighing:
     # question no candidate is this like is about nothing in its scope ("What is 17 times 23?" asked of a team's
     # decisions), however well its candidates weigh on their own. In a scope of fewer entries, less (`least_for`).
     least: float = -1.0
+    # The share of their words two candidates hold in common for one to echo the other (`alone`).
+    echo_share: float = ECHO_SHARE
 
     @classmethod
     def load(cls, path: Path = WEIGHTS_FILE) -> Weighing:
@@ -116,6 +130,7 @@ class Weighing:
             float(gate["unknown_names"]),
             float(gate.get("floor", -1.0)),
             float(gate.get("least", -1.0)),
+            float(data.get("echo_share", ECHO_SHARE)),
         )
 
     def contributions(self, signals: Mapping[str, float]) -> dict[str, float]:
@@ -489,15 +504,16 @@ def specific(content: str, people: frozenset[str]) -> float:
 class Reading:
     """What the weighing reads in an entry's text whatever it is asked, read once for an entry weighed often
     (the search keeps them by entry and version): the share of its sentences that state (`states`), the words of
-    its speaker's name (`Speaker: …`, lower-cased), and what may say which one: its numbers and titles in quotes
+    its speaker's name (`Speaker: …`, lower-cased), what may say which one: its numbers and titles in quotes
     (`marks`), and its capitalised words that do not begin a sentence, each with how often it appears (`names`:
     possessives dropped, lower-cased, not `I` nor a greeting), which count unless they are one of the
-    conversation's speakers (`specific`)."""
+    conversation's speakers (`specific`); and the words that say what it is about (`topic_words`, for `alone`)."""
 
     states: float
     speaker: tuple[str, ...]
     marks: int
     names: tuple[tuple[str, int], ...]
+    topic: np.ndarray = field(default_factory=lambda: _NO_WORDS, compare=False)
 
     @classmethod
     def of(cls, content: str) -> Reading:
@@ -514,7 +530,7 @@ class Reading:
                 bare = _POSSESSIVE.sub("", text).lower()
                 if bare not in _NOT_NAMES:
                     names[bare] = names.get(bare, 0) + 1
-        return cls(states(content), _speaker(content), marks, tuple(names.items()))
+        return cls(states(content), _speaker(content), marks, tuple(names.items()), topic_words(content))
 
     def specific(self, people: frozenset[str]) -> float:
         """`specific`: the marks and the names none of `people` holds, up to `SPECIFIC_MOST`, as a share of it."""
@@ -662,3 +678,58 @@ class NearCopies:
             return []
         needed = math.ceil(self._threshold * len(words) - 1e-9)
         return heapq.nsmallest(len(words) - needed + 1, words, key=hash)
+
+
+# Words too common to say what a text is about (English's commonest function words), left out of those `alone`
+# compares.
+_COMMON = """
+    a an the and or but if of to in on at for with by from as is are was were be been being do does did have has
+    had what which who whom whose when where why how that this these those it its i you he she we they me my your his
+    her our their him them us not no so than too very can could would should will shall may might must about into
+    over after before during"""
+COMMON_WORDS = frozenset(_COMMON.split())
+# The echoes `alone` counts: an entry echoed by this many candidates or more is as little alone as can be.
+ECHOES_MOST = 3
+# The candidates an entry's echoes are counted among (`alone`): the best this many by their standing before the
+# weighing (`ranking.with_words`). A LoCoMo question has 60 to 100 candidates; a question of 100 entries among long
+# ones, 500, and their comparison grows with their count, not its square.
+ECHOES_AMONG = 64
+
+
+def topic_words(content: str) -> np.ndarray:
+    """The words of what the weighing reads of a text (`content_words`) that may say what it is about, all but
+    `COMMON_WORDS`: each by its hash (this process's), sorted, so that the entries' readings kept (`Reading`) hold a
+    few bytes a word, and `alone` finds a word among others by a search of an array."""
+    return np.unique(np.fromiter((hash(word) for word in content_words(content) - COMMON_WORDS), dtype=np.int64))
+
+
+def alone(topics: Sequence[np.ndarray], share: float = ECHO_SHARE, among: int = ECHOES_AMONG) -> list[float]:
+    """For each candidate (its `topic_words`, in `topics`, best first), how few of the others echo it, sharing `share`
+    or more of their words together: 1 when none does, 0 when `ECHOES_MOST` or more do, in even steps between. The
+    echoes are counted among the first `among`. Small talk repeats its topic ("the train station has a new café",
+    mentioned over three coffees), and a question near it finds every repetition; the preference a request needs
+    is usually said once.
+
+    The overlaps are one product of two candidates-by-words matrices, over the words of the first `among` (no
+    other word is shared with one of them), on one thread (the server's BLAS library runs on one: its package's
+    `__init__`): a LoCoMo question's 60 to 100 candidates take about 0.3 ms. It grows with the candidates, not their
+    square, and with what the weighing reads of each (`ENTRY_READ`)."""
+    count = len(topics)
+    if count < 2:
+        return [1.0] * count
+    sizes = np.array([len(words) for words in topics])
+    columns = np.unique(np.concatenate(topics[:among]))
+    every = np.concatenate(topics)
+    rows = np.repeat(np.arange(count), sizes)
+    at = np.minimum(np.searchsorted(columns, every), max(len(columns) - 1, 0))
+    held_at = (columns[at] == every) if len(columns) else np.zeros(len(every), dtype=bool)
+    held = np.zeros((count, max(len(columns), 1)), dtype=np.float32)
+    held[rows[held_at], at[held_at]] = 1.0
+    first = held[:among]
+    common = held @ first.T
+    together = sizes[:, None] + sizes[None, : len(first)] - common
+    # A hair under the share: a rounding error can only count an echo at the share exactly.
+    echoes = (common >= share * together - 1e-4) & (together > 0)
+    np.fill_diagonal(echoes, False)
+    counted = np.minimum(echoes.sum(axis=1), ECHOES_MOST)
+    return [1.0 - float(n) / ECHOES_MOST for n in counted]

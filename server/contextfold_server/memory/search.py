@@ -28,6 +28,7 @@ from ..engine.weighing import (
     NearCopies,
     Reading,
     Weighing,
+    alone,
     content_words,
     default_weighing,
     entry_date,
@@ -467,6 +468,11 @@ def _weigh(
     reached = False
     readings = {entry: read(candidate) for entry, candidate in found.items()}
     people = speakers(readings.values())
+    # Echoes are counted among the best candidates by their standing before the weighing (`alone`), and weigh an
+    # entry in no session only: in a session, a topic come back to is the conversation keeping to it (a multi-hop
+    # question's evidence is often several turns of one topic), where notes in none retell it (docs/injection.md).
+    standing = sorted(readings, key=lambda entry: -worded[entry])
+    lonely = dict(zip(standing, alone([readings[e].topic for e in standing], weighing.echo_share), strict=True))
     for entry, candidate in found.items():
         own = worded[entry]
         before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]
@@ -491,6 +497,7 @@ def _weigh(
             "written_answers": 0.0 if in_session else answering,
             "specific": readings[entry].specific(people),
             "sentence": max(0.0, sentences[entry] - candidate.score) if entry in sentences else 0.0,
+            "alone": 1.0 if in_session else lonely[entry],
         }
         scores[entry] = weighing.score(values)
         gate_scores[entry] = weighing.gate_score(values)

@@ -412,7 +412,8 @@ export type CandidateReport = Message<"contextfold.v1.CandidateReport"> & {
    * sentences that `states` rather than asks, and how far it `answers` a
    * better turn before it that asks, how `specific` it is (the names, numbers
    * and titles it holds), how much nearer its best `sentence` is than itself
-   * (an entry of several sentences); for an entry in no session, a better
+   * (an entry of several sentences), how `alone` it is (how few of the other
+   * candidates say much the same); for an entry in no session, a better
    * `written_neighbour` its author wrote just before or after it, and how far
    * it `written_answers` the one before) and an `intercept`; `lexical` and
    * `fused` under RANKING_HYBRID, `rerank` under RANKING_RERANK.
