@@ -19,11 +19,13 @@ from pathlib import Path
 
 import grpc
 import psutil
+import psycopg
 import pytest
 from contextfold import Client, DeadlineExceeded
 from contextfold.v1 import memory_pb2
 from contextfold_server.api.lanes import BulkCalls, BulkLane, Relayed
 from contextfold_server.errors import Unavailable
+from contextfold_server.postgres.embedded import running_url
 from contextfold_server.postgres.pool import _TenantTurns
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -40,9 +42,30 @@ LONG_TEXT = (
 
 
 @pytest.fixture(scope="module")
-def lanes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with serving(tmp_path_factory.mktemp("lanes")) as process:
+def lanes_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lanes")
+
+
+@pytest.fixture(scope="module")
+def lanes(lanes_root: Path) -> Iterator[ServerProcess]:
+    with serving(lanes_root) as process:
         yield process
+
+
+def sentences_settled(root: Path) -> None:
+    """Wait until the bulk worker of the server serving under `root` has embedded the sentences of every entry
+    written so far (memory/sentences.py): its model then embeds nothing more for the tests before, whose long
+    entries' sentences it embeds a moment after them."""
+    url = running_url(root / "pgdata")
+    assert url is not None, "the server's embedded Postgres is not running"
+    waiting = "SELECT count(*) FROM contextfold.memories WHERE sentences_state < 2"
+
+    def settled() -> bool:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(waiting).fetchone()
+        return row is not None and row[0] == 0
+
+    wait_for(settled, 120, what="the entries' sentences to be embedded")
 
 
 def embedded(server: ServerProcess, lane: str) -> float:
@@ -75,11 +98,12 @@ def test_a_query_is_answered_at_once_while_a_long_bulk_add_keeps_the_model_busy(
     assert max(waits) < 0.25, [round(wait, 3) for wait in waits]
 
 
-def test_a_query_and_a_writes_texts_never_share_a_batch(lanes: ServerProcess) -> None:
+def test_a_query_and_a_writes_texts_never_share_a_batch(lanes: ServerProcess, lanes_root: Path) -> None:
     store = unique("notes")
     with Client(lanes.address, timeout=60) as cf:
         cf.create_store(store)
         cf.add_memories(store, ["The user walks the dog at noon"])
+        sentences_settled(lanes_root)
         queries, bulk = embedded(lanes, "queries"), embedded(lanes, "bulk")
         tag = unique("shared")
         with ThreadPoolExecutor(4) as pool:
