@@ -209,7 +209,7 @@ class _Recording:
     def __init__(self) -> None:
         self.reads: list[Read] = []
 
-    async def read_all(self, namespace: str, reads: list[Read], apart: bool = False, first: int = 1) -> list:
+    async def read_all(self, namespace: str, reads: list[Read], apart: tuple[int, ...] = ()) -> list:
         self.reads = list(reads)
         raise _Recorded
 

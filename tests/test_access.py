@@ -262,46 +262,63 @@ def test_a_read_acts_for_its_namespace_in_one_transaction_and_the_connection_for
     asyncio.run(check())
 
 
-def test_reads_go_side_by_side_only_on_a_connection_nobody_else_needs(postgres: Postgres) -> None:
-    """A search's reads asked `apart` run on two connections at once, each transaction acting for the
-    namespace, while a second connection is spare; on one, as one transaction, once the pool is more than
-    half taken or the tenant holds its share; and a read that fails stops the other and gives both
-    connections back."""
+def test_reads_go_side_by_side_only_on_connections_nobody_else_needs(postgres: Postgres) -> None:
+    """A search's reads asked `apart` run on as many connections at once as are spare, split at the places it
+    names in the order it names them (the first on two, the first two on three), each transaction acting for the
+    namespace; on one, as one transaction, once the pool is more than half taken or the tenant holds its share;
+    and a read that fails stops the others and gives every connection back."""
     from contextfold_server.postgres.pool import Database, PoolLimits, Read
 
     who = Read("SELECT pg_backend_pid() AS pid, current_setting('contextfold.namespace', true) AS namespace", ())
 
-    async def backends(database: Database, namespace: str = "tenant-a") -> set[int]:
-        first, rest = await database.read_all(namespace, [who, who], apart=True)
-        assert first[0]["namespace"] == rest[0]["namespace"] == namespace
-        return {first[0]["pid"], rest[0]["pid"]}
+    async def backends(
+        database: Database, namespace: str = "tenant-a", reads: int = 2, apart: tuple[int, ...] = (1,)
+    ) -> list[int]:
+        """Each read's backend, in the order of the reads."""
+        found = await database.read_all(namespace, [who] * reads, apart=apart)
+        assert {rows[0]["namespace"] for rows in found} == {namespace}
+        return [rows[0]["pid"] for rows in found]
 
     async def check() -> None:
         await migrate(postgres.url)
         database = await Database.open(postgres.url, min_size=4, max_size=4)
         shared = await Database.open(postgres.url, min_size=4, max_size=8, limits=PoolLimits(per_tenant=1))
+        roomy = await Database.open(postgres.url, min_size=6, max_size=6)
         try:
-            assert len(await backends(database)) == 2
+            assert len(set(await backends(database))) == 2
             first, rest = await database.read_all("tenant-a", [who, who])
             assert first[0]["pid"] == rest[0]["pid"]
+            # Three places asked for, and a pool of six: each part on its own; of four, a second would leave it more
+            # than half taken with a third: split at the first place named, the first two reads together.
+            assert len(set(await backends(roomy, reads=3, apart=(2, 1)))) == 3
+            one, two, three = await backends(database, reads=3, apart=(2, 1))
+            assert one == two != three
             # Another caller holds one of the four: a second would leave the pool more than half taken.
             async with database.connection("tenant-b"):
-                assert len(await backends(database)) == 1
+                assert len(set(await backends(database))) == 1
+            # Another holds one of the six: two at once, split where the first place says.
+            async with roomy.connection("tenant-b"):
+                one, two, three = await backends(roomy, reads=3, apart=(2, 1))
+                assert one == two != three
             # The tenant's share is one connection: its search reads on that one, whatever is free.
-            assert len(await backends(shared)) == 1
+            assert len(set(await backends(shared))) == 1
             with pytest.raises(psycopg.errors.DivisionByZero):
-                await database.read_all("tenant-a", [who, Read("SELECT 1 / 0", ())], apart=True)
-            # One failing stops the other, however long it had to run: the call does not wait for it.
+                await database.read_all("tenant-a", [who, Read("SELECT 1 / 0", ())], apart=(1,))
+            # One failing stops the others, however long they had to run: the call does not wait for them.
             started = time.monotonic()
             with pytest.raises(psycopg.errors.DivisionByZero):
-                await database.read_all(
-                    "tenant-a", [Read("SELECT pg_sleep(5)", ()), Read("SELECT 1 / 0", ())], apart=True
+                await roomy.read_all(
+                    "tenant-a",
+                    [Read("SELECT pg_sleep(5)", ()), Read("SELECT pg_sleep(5)", ()), Read("SELECT 1 / 0", ())],
+                    apart=(2, 1),
                 )
             assert time.monotonic() - started < 2.5
-            # Both went back: the pool is as idle as it was, and a search has its two connections again.
-            assert len(await backends(database)) == 2
+            # Every one went back: the pools are as idle as they were, and a search has its connections again.
+            assert len(set(await backends(database))) == 2
+            assert len(set(await backends(roomy, reads=3, apart=(2, 1)))) == 3
         finally:
             await database.close()
             await shared.close()
+            await roomy.close()
 
     asyncio.run(check())

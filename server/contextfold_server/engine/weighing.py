@@ -90,8 +90,6 @@ LEAST_PER_TENFOLD = 0.05
 # echo the other (`alone`), unless `weighing.json` says (`Weighing.echo_share`, chosen by bench/weighing.py among 0.2,
 # 0.3 and 0.4 inside each fold of its cross-validation: docs/injection.md, "Said once or said again").
 ECHO_SHARE = 0.2
-# An entry with no words to compare (`topic_words`).
-_NO_WORDS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -500,20 +498,27 @@ def specific(content: str, people: frozenset[str]) -> float:
     return Reading.of(content).specific(people)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Reading:
     """What the weighing reads in an entry's text whatever it is asked, read once for an entry weighed often
     (the search keeps them by entry and version): the share of its sentences that state (`states`), the words of
     its speaker's name (`Speaker: …`, lower-cased), what may say which one: its numbers and titles in quotes
     (`marks`), and its capitalised words that do not begin a sentence, each with how often it appears (`names`:
     possessives dropped, lower-cased, not `I` nor a greeting), which count unless they are one of the
-    conversation's speakers (`specific`); and the words that say what it is about (`topic_words`, for `alone`)."""
+    conversation's speakers (`specific`); and the words that say what it is about (`topic`, for `alone`), read
+    from what the weighing reads of its text (`read`) the first time they are asked for: only a question with a
+    candidate in no session weighs them."""
 
     states: float
     speaker: tuple[str, ...]
     marks: int
     names: tuple[tuple[str, int], ...]
-    topic: np.ndarray = field(default_factory=lambda: _NO_WORDS, compare=False)
+    read: str = field(default="", repr=False, compare=False)
+
+    @functools.cached_property
+    def topic(self) -> np.ndarray:
+        """`topic_words` of the entry's text."""
+        return topic_words(self.read)
 
     @classmethod
     def of(cls, content: str) -> Reading:
@@ -530,7 +535,7 @@ class Reading:
                 bare = _POSSESSIVE.sub("", text).lower()
                 if bare not in _NOT_NAMES:
                     names[bare] = names.get(bare, 0) + 1
-        return cls(states(content), _speaker(content), marks, tuple(names.items()), topic_words(content))
+        return cls(states(content), _speaker(content), marks, tuple(names.items()), content[:ENTRY_READ])
 
     def specific(self, people: frozenset[str]) -> float:
         """`specific`: the marks and the names none of `people` holds, up to `SPECIFIC_MOST`, as a share of it."""

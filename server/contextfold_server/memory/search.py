@@ -406,9 +406,10 @@ QUESTION_ON_THE_LOOP = 1000
 READ_ON_THE_LOOP = 100_000
 
 
-# The most entries' readings a searcher (one per worker) keeps. A reading holds a few numbers and the distinct
-# capitalised words of the first `ENTRY_READ` characters (about a hundred bytes for a conversation's turn, a few
-# kilobytes at most), so the cache stays within megabytes; full, it is emptied and fills again.
+# The most entries' readings a searcher (one per worker) keeps. A reading holds a few numbers, the distinct
+# capitalised words of the first `ENTRY_READ` characters and those characters (a few hundred bytes for a
+# conversation's turn, 8 kB at most), so the cache stays within tens of megabytes; full, it is emptied and fills
+# again.
 READINGS_KEPT = 4096
 
 
@@ -471,8 +472,11 @@ def _weigh(
     # Echoes are counted among the best candidates by their standing before the weighing (`alone`), and weigh an
     # entry in no session only: in a session, a topic come back to is the conversation keeping to it (a multi-hop
     # question's evidence is often several turns of one topic), where notes in none retell it (docs/injection.md).
-    standing = sorted(readings, key=lambda entry: -worded[entry])
-    lonely = dict(zip(standing, alone([readings[e].topic for e in standing], weighing.echo_share), strict=True))
+    # Weighed for entries in no session only: a question whose candidates are all in one needs none counted.
+    lonely: dict[str, float] = {}
+    if any(not candidate.memory.scope.session_id for candidate in found.values()):
+        standing = sorted(readings, key=lambda entry: -worded[entry])
+        lonely = dict(zip(standing, alone([readings[e].topic for e in standing], weighing.echo_share), strict=True))
     for entry, candidate in found.items():
         own = worded[entry]
         before = [n for n in beside.get(entry, ()) if n in worded and found[n].memory.seq < candidate.memory.seq]

@@ -105,11 +105,11 @@ class PostgresMemoryStore:
         return await self._database.read(namespace, query, params, settings)
 
     async def read_all(
-        self, namespace: str, reads: Sequence[Read], apart: bool, first: int = 1
+        self, namespace: str, reads: Sequence[Read], apart: Sequence[int] = ()
     ) -> list[list[dict[str, Any]]]:
-        """Several reads acting for `namespace`, in one round trip, or with `apart` the `first` beside the
-        rest when a second connection is spare (`Database.read_all`)."""
-        return await self._database.read_all(namespace, reads, apart, first)
+        """Several reads acting for `namespace`, in one round trip, or split at the places `apart` names over
+        connections side by side while they are spare (`Database.read_all`)."""
+        return await self._database.read_all(namespace, reads, apart)
 
     def now(self) -> datetime:
         """What time it is for expiry: an entry is gone from every read the moment this passes its expiry."""
@@ -315,20 +315,23 @@ class PostgresMemoryStore:
             planned = GENERIC_PLAN if words == "word_matches" and not filtered else None
             asked = {"words": query.text, "lexical": lexical, "named": list(names)}
             reads.append(Read(matching, params | asked, planned))
-        # The nearest and the words are read side by side when a second connection is spare: Postgres plans
-        # and runs each in its own process, and the call waits for the longer rather than for both.
-        rows, *read = await self.read_all(namespace, reads, apart=True, first=2 if sentences_read else 1)
+        # The nearest, the sentences and the words are read side by side while connections are spare: Postgres plans
+        # and runs each in its own process, and the call waits for the longest rather than for all. With two, the
+        # nearest and the sentences go together beside the words (which take about as long as the two); with three,
+        # each on its own (LoCoMo: 1.8 ms off the search's 9, docs/performance.md).
+        rows, *read = await self.read_all(namespace, reads, apart=(2, 1) if sentences_read else (1,))
         sentence_rows = read.pop(0) if sentences_read else []
         if sentences_read and not 0 < once(sentence_rows, "held") <= SENTENCES_READ_MOST:
             self._found_without_sentences(sentenceless)
         by_part, matched = read[: len(parts)], read[len(parts) :]
         neighbours = Neighbours()
+        record = self._records()
         if seeds:
-            rows = self._read_ahead(rows, neighbours)
+            rows = self._read_ahead(rows, neighbours, record)
         if matched and ahead:
-            matched[0] = self._read_ahead(matched[0], neighbours)
+            matched[0] = self._read_ahead(matched[0], neighbours, record)
         if sentence_rows:
-            sentence_rows = self._read_ahead(sentence_rows, neighbours)
+            sentence_rows = self._read_ahead(sentence_rows, neighbours, record)
         unknown = unknown_share(matched[0]) if names and matched else 0.0
         entries = int(once(matched[0], "sampled")) if matched and words == "word_matches" else None
         searched = sum(1 for stored in known_stores(rows).values() if stored == dimension)
@@ -336,22 +339,36 @@ class PostgresMemoryStore:
             # A store gave fewer matches than asked for: as in `search`, weighed exactly.
             narrowed = where + anchored(query.filter, params)
             rows = await self.read(namespace, candidates_statement(dimension, narrowed, filtered, exact=True), params)
-        found = [Candidate(self.record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
+        found = [Candidate(record(row), 1.0 - float(row["distance"])) for row in rows if row["id"] is not None]
         for number, part_rows in enumerate(by_part, start=1):
             found += [
-                Candidate(self.record(row), 1.0 - float(row["distance"]), part=number)
+                Candidate(record(row), 1.0 - float(row["distance"]), part=number)
                 for row in part_rows
                 if row["id"] is not None
             ]
         for row in matched[0] if matched else ():
             if row["id"] is not None:
-                found.append(Candidate(self.record(row), 1.0 - float(row["distance"]), row["lexical"]))
+                found.append(Candidate(record(row), 1.0 - float(row["distance"]), row["lexical"]))
         found += [
-            Candidate(self.record(row), 1.0 - float(row["distance"]), sentence=1.0 - float(row["sentence_distance"]))
+            Candidate(record(row), 1.0 - float(row["distance"]), sentence=1.0 - float(row["sentence_distance"]))
             for row in sentence_rows
             if row["id"] is not None
         ]
         return known_stores(rows), found, unknown, neighbours, entries
+
+    def _records(self) -> Callable[[dict[str, Any]], MemoryRecord]:
+        """`record`, made once for each entry (its id, row and version) of the rows of one search's reads, which
+        find the same entries again: a LoCoMo question's 145 rows hold about half as many."""
+        made: dict[tuple[str, int, int], MemoryRecord] = {}
+
+        def record(row: dict[str, Any]) -> MemoryRecord:
+            key = (row["id"], row["seq"], row["version"])
+            found = made.get(key)
+            if found is None:
+                found = made[key] = self.record(row)
+            return found
+
+        return record
 
     def _without_sentences(self, key: ScopeKey) -> bool:
         """Whether a search of this scope (its namespace, dimension, stores and scope) found no sentences to read
@@ -365,13 +382,15 @@ class PostgresMemoryStore:
             self._sentenceless.clear()
         self._sentenceless[key] = time.monotonic()
 
-    def _read_ahead(self, rows: list[dict[str, Any]], neighbours: Neighbours) -> list[dict[str, Any]]:
+    def _read_ahead(
+        self, rows: list[dict[str, Any]], neighbours: Neighbours, record: Callable[[dict[str, Any]], MemoryRecord]
+    ) -> list[dict[str, Any]]:
         """A statement's rows but the neighbours it read ahead (`beside`), which go to `neighbours` with the
         ids whose neighbours it looked for (`seeded`)."""
         kept = []
         for row in rows:
             if row["beside"] is not None:
-                neighbours.pairs.append((row["beside"], Candidate(self.record(row), 1.0 - float(row["distance"]))))
+                neighbours.pairs.append((row["beside"], Candidate(record(row), 1.0 - float(row["distance"]))))
             else:
                 kept.append(row)
                 if row["id"] is not None and row["seeded"]:

@@ -114,7 +114,8 @@ class Database:
         cls,
         conninfo: str,
         session_settings: str = "",
-        min_size: int = 2,
+        # Kept open: the default ranking's search reads on up to three at once, each taken only while one is idle.
+        min_size: int = 3,
         max_size: int = 10,
         wait: bool = True,
         limits: PoolLimits = PoolLimits(),
@@ -178,31 +179,39 @@ class Database:
         return rows
 
     async def read_all(
-        self, namespace: str, reads: Sequence[Read], apart: bool = False, first: int = 1
+        self, namespace: str, reads: Sequence[Read], apart: Sequence[int] = ()
     ) -> list[list[dict[str, Any]]]:
         """The rows of each of `reads`, in one transaction and one round trip (as `read`): each
         statement runs after its settings are set (the first's with the namespace's, in one statement),
-        and they last the rest of the transaction. With `apart`, when a second connection is spare
-        (`_TenantTurns.spare`, and one idle in the pool), the `first` reads run on one and the rest on the
-        other at once: two transactions, each with a snapshot of its own, which Postgres runs side by side."""
+        and they last the rest of the transaction. With `apart` (places to split `reads` at, the first the one
+        most worth it), the reads run on as many connections at once as are spare (`_TenantTurns.spare`, each one
+        idle in the pool): split at the first place on two, at the first two on three, and so on, each part on a
+        connection of its own, in a transaction with a snapshot of its own, which Postgres runs side by side."""
         self._refuse_while_unreachable()
+        splits = sorted({at for at in apart if 0 < at < len(reads)}, key=list(apart).index)
         try:
-            async with self._turns.turn(namespace), self._pool.connection() as pooled:
-                if not (apart and len(reads) > first and self._turns.spare(namespace) and self._idle()):
-                    return await self._pipelined(cast(Connection, pooled), namespace, reads)
-                async with self._turns.turn(namespace), self._pool.connection() as other:
-                    # A task group: neither connection goes back to the pool before its pipeline has ended,
-                    # whatever fails or is cancelled; the first failure is raised as itself. The rest go out
-                    # first: the longer part (a search's words), it is not held back by the first's sending.
-                    try:
-                        async with asyncio.TaskGroup() as group:
-                            rest = group.create_task(self._pipelined(cast(Connection, other), namespace, reads[first:]))
-                            ahead = group.create_task(
-                                self._pipelined(cast(Connection, pooled), namespace, reads[:first])
-                            )
-                    except BaseExceptionGroup as failed:
-                        raise failed.exceptions[0] from None
-                    return [*ahead.result(), *rest.result()]
+            async with contextlib.AsyncExitStack() as more:
+                await more.enter_async_context(self._turns.turn(namespace))
+                connections = [cast(Connection, await more.enter_async_context(self._pool.connection()))]
+                while len(connections) <= len(splits) and self._turns.spare(namespace) and self._idle():
+                    await more.enter_async_context(self._turns.turn(namespace))
+                    connections.append(cast(Connection, await more.enter_async_context(self._pool.connection())))
+                if len(connections) == 1:
+                    return await self._pipelined(connections[0], namespace, reads)
+                places = [0, *sorted(splits[: len(connections) - 1]), len(reads)]
+                parts = [reads[start:end] for start, end in itertools.pairwise(places)]
+                # A task group: no connection goes back to the pool before its pipeline has ended, whatever fails
+                # or is cancelled; the first failure is raised as itself. The last part goes out first: the longer
+                # (a search's words), it is not held back by the others' sending.
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        tasks = [
+                            group.create_task(self._pipelined(conn, namespace, part))
+                            for conn, part in reversed(list(zip(connections, parts, strict=True)))
+                        ]
+                except BaseExceptionGroup as failed:
+                    raise failed.exceptions[0] from None
+                return [rows for task in reversed(tasks) for rows in task.result()]
         except (psycopg.OperationalError, TimeoutError) as error:
             raise self.refusal(error) from error
 

@@ -142,20 +142,21 @@ class Databases:
         return rows
 
     async def read_all(
-        self, namespace: str, reads: Sequence[Read], apart: bool = False, first: int = 1
+        self, namespace: str, reads: Sequence[Read], apart: Sequence[int] = ()
     ) -> list[list[dict[str, Any]]]:
-        """The rows of each of `reads` in one transaction, or with `apart` maybe two side by side, the `first`
-        beside the rest (`Database.read_all`), from a replica that can serve them, else from the primary."""
+        """The rows of each of `reads` in one transaction, or split at the places `apart` names over connections
+        side by side while they are spare (`Database.read_all`), from a replica that can serve them, else from the
+        primary."""
         replica = self._chosen()
         if replica is not None:
             try:
-                found = await replica.database.read_all(namespace, reads, apart, first)
+                found = await replica.database.read_all(namespace, reads, apart)
             except (Unavailable, psycopg.Error) as error:
                 self._failed(replica, error)
             else:
                 self._answered(replica.name)
                 return found
-        found = await self.primary.read_all(namespace, reads, apart, first)
+        found = await self.primary.read_all(namespace, reads, apart)
         self._answered(PRIMARY)
         return found
 
