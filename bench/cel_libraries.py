@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 CONTEXT = {
     "messages": [
@@ -82,7 +82,8 @@ def cel_python() -> Runner:
     import celpy
 
     env = celpy.Environment()
-    activation = celpy.json_to_cel(CONTEXT)
+    # The context is a JSON object, so its CEL value is a map of names, as `evaluate` takes.
+    activation = cast(dict[str, Any], celpy.json_to_cel(CONTEXT))
 
     def prepare(source: str) -> Callable[[], Any]:
         program = env.program(env.compile(source))
