@@ -705,7 +705,8 @@ def topic_words(content: str) -> np.ndarray:
     """The words of what the weighing reads of a text (`content_words`) that may say what it is about, all but
     `COMMON_WORDS`: each by its hash (this process's), sorted, so that the entries' readings kept (`Reading`) hold a
     few bytes a word, and `alone` finds a word among others by a search of an array."""
-    return np.unique(np.fromiter((hash(word) for word in content_words(content) - COMMON_WORDS), dtype=np.int64))
+    # Sorted by Python, not `np.unique`: a turn's twenty-odd words in 8.6 µs against 11.8.
+    return np.array(sorted({hash(word) for word in content_words(content) - COMMON_WORDS}), dtype=np.int64)
 
 
 def alone(topics: Sequence[np.ndarray], share: float = ECHO_SHARE, among: int = ECHOES_AMONG) -> list[float]:
