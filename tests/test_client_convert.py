@@ -49,6 +49,13 @@ def test_the_model_sees_injected_blocks_as_text() -> None:
     assert rendered[:2] == CONVERSATION[:2]
 
 
+def test_content_given_as_a_string_is_refused_naming_the_message_and_the_shape() -> None:
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content must be a list of content blocks.*got str"):
+        to_proto_messages([{"role": "user", "content": [{"text": "hi"}]}, {"role": "user", "content": "Which seat?"}])
+    with pytest.raises(ValueError, match=r"messages\[0\]\.content must be a list of content blocks.*got list"):
+        to_proto_messages([{"role": "user", "content": ["Which seat?"]}])
+
+
 def test_an_unknown_role_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown role 'system'"):
         to_proto_messages([{"role": "system", "content": []}])

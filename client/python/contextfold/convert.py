@@ -185,15 +185,23 @@ def block_from_proto(block: pb.ContentBlock) -> dict[str, Any]:
 def to_proto_messages(messages: Iterable[Mapping[str, Any]]) -> list[pb.Message]:
     """Agent message dicts to contextfold messages. Keys beside role and content ride along in `metadata_json`."""
     converted = []
-    for message in messages:
+    for index, message in enumerate(messages):
         role = _ROLES.get(message["role"])
         if role is None:
             raise ValueError(f"unknown role {message['role']!r}: expected 'user' or 'assistant'")
+        # A string where blocks belong (another SDK's shape) would be read as one block per character.
+        given = message["content"]
+        content = None if isinstance(given, str | bytes) else list(given)
+        if content is None or not all(isinstance(block, Mapping) for block in content):
+            raise ValueError(
+                f"messages[{index}].content must be a list of content blocks, such as [{{'text': '...'}}];"
+                f" got {type(given).__name__}"
+            )
         extra = {key: value for key, value in message.items() if key not in ("role", "content")}
         converted.append(
             pb.Message(
                 role=role,
-                content=[block_to_proto(block) for block in message["content"]],
+                content=[block_to_proto(block) for block in content],
                 metadata_json=dumps(extra) if extra else "",
             )
         )
