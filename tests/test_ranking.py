@@ -747,9 +747,15 @@ def test_the_session_neighbours_come_in_the_candidates_own_round_trip(
     client.inject(ask, stores=[store])  # the question embedded, as each ranking's call below finds it
 
     def reads(ranking: str) -> tuple[float, list]:
-        before = sample(server.scrape(), "contextfold_database_reads_total", database="primary")
-        result = client.inject(ask, stores=[store], ranking=ranking, explain=True)
-        return sample(server.scrape(), "contextfold_database_reads_total", database="primary") - before, result
+        # The counter is the server's, not the call's: once in a fresh clone's run, similarity's window counted a
+        # read more (2 against 1), which no other run repeated. A read another task makes only adds: the fewest
+        # of three calls is the call's own.
+        counted = []
+        for _ in range(3):
+            before = sample(server.scrape(), "contextfold_database_reads_total", database="primary")
+            result = client.inject(ask, stores=[store], ranking=ranking, explain=True)
+            counted.append(sample(server.scrape(), "contextfold_database_reads_total", database="primary") - before)
+        return min(counted), result
 
     default_reads, weighed = reads("store_aware")
     similarity_reads, _ = reads("similarity")
