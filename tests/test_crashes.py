@@ -3,16 +3,21 @@ no acknowledged write, and a clean stop always stops the database."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import grpc
 import psutil
 import pytest
 from contextfold import Client
+from contextfold.errors import ContextfoldError
+from contextfold.v1 import memory_pb2, memory_pb2_grpc
 
 from harness.polling import wait_for
 from harness.servers import health_status, running, start_server
@@ -42,6 +47,25 @@ def write(address: str, store: str, count: int, prefix: str) -> list[str]:
             (added,) = cf.add_memories(store, [{"id": f"{prefix}-{n}", "content": f"{prefix} fact {n}"}])
             acknowledged.append(added.id)
     return acknowledged
+
+
+def keep_reading(address: str, store: str, memory_id: str, until: threading.Event) -> None:
+    """Reads, failing or not, one after another until `until` is set: of one entry (a query, which a worker
+    answers) and of the store's listing (bulk work, which a bulk worker answers), so that both kinds of
+    process find the database gone."""
+    with Client(address) as cf:
+        while not until.is_set():
+            with contextlib.suppress(ContextfoldError):
+                cf.get_memory(memory_id)
+            with contextlib.suppress(ContextfoldError):
+                list(cf.list_memories(store))
+
+
+def read_once(address: str, memory_id: str) -> str:
+    """One read of an entry, not retried: its content."""
+    with grpc.insecure_channel(address) as channel:
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        return stub.GetMemory(memory_pb2.GetMemoryRequest(id=memory_id), timeout=10).memory.content
 
 
 def test_after_kill_9_of_server_and_postmaster_a_restart_serves_within_15s_with_every_write(tmp_path) -> None:
@@ -84,17 +108,29 @@ def test_the_postmaster_dying_under_a_running_server_is_restarted_and_health_fol
                 seen.append(status)
             return status
 
-        old = postmaster_pid(data_dir)
-        os.kill(old, signal.SIGKILL)
-        wait_for(lambda: health() == "NOT_SERVING", 10, what="health to say NOT_SERVING")
-        wait_for(lambda: health() == "SERVING", 30, what="health to say SERVING again")
-        assert seen[-2:] == ["NOT_SERVING", "SERVING"]
-        assert postmaster_pid(data_dir) != old and running(postmaster_pid(data_dir))
-        assert "the embedded Postgres stopped" in server.log()
-        # Reads and writes work again, from the first call: lost connections were replaced.
-        acknowledged += write(server.address, "kept", 5, "after")
-        with Client(server.address) as cf:
-            assert sorted(m.id for m in cf.list_memories("kept")) == sorted(acknowledged)
+        # Three times over, with calls all through each outage: each call that fails sets the worker
+        # reconnecting, and health may say SERVING only once no reconnection is left to refuse the next call.
+        for round_ in range(3):
+            old = postmaster_pid(data_dir)
+            outage = threading.Event()
+            caller = threading.Thread(target=keep_reading, args=(server.address, "kept", acknowledged[0], outage))
+            caller.start()
+            try:
+                os.kill(old, signal.SIGKILL)
+                wait_for(lambda: health() == "NOT_SERVING", 10, what="health to say NOT_SERVING")
+                wait_for(lambda: health() == "SERVING", 30, what="health to say SERVING again")
+            finally:
+                outage.set()
+                caller.join()
+            assert seen[-2:] == ["NOT_SERVING", "SERVING"]
+            assert postmaster_pid(data_dir) != old and running(postmaster_pid(data_dir))
+            # Reads and writes work again, from the first call (neither is retried): lost connections were
+            # replaced, and no reconnection under way refuses them.
+            assert read_once(server.address, acknowledged[0]) == "before fact 0"
+            acknowledged += write(server.address, "kept", 5, f"after-{round_}")
+            with Client(server.address) as cf:
+                assert sorted(m.id for m in cf.list_memories("kept")) == sorted(acknowledged)
+        assert server.log().count("the embedded Postgres stopped") == 3
     finally:
         assert server.stop() == 0, server.log()
     assert postgres_processes(data_dir) == []

@@ -53,7 +53,17 @@ from .observe.tracing import start_tracing, stop_tracing
 from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
-from .reports import Admitting, AllServing, DatabaseRestarted, Listening, OwnPorts, Reaching, Serving, SupervisorWord
+from .reports import (
+    Admitting,
+    AllServing,
+    DatabaseRestarted,
+    Listening,
+    OwnPorts,
+    Reaching,
+    Reconnected,
+    Serving,
+    SupervisorWord,
+)
 from .turns import share_the_interpreter
 from .wiring import Services, Shared, StartFailed, build, grpc_server
 
@@ -111,7 +121,8 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     metrics_port = metrics.serve("127.0.0.1", 0)
     # Every port the server's processes listen on, as the supervisor tells them (no provider may be one).
     own_ports = {shared.port, config.admin_port, metrics_port, *([shared.console_port] if shared.console_port else [])}
-    following = hear_the_supervisor(reports, stopping, databases, readiness, own_ports)
+    reaching = DatabasesReached(reports, databases)
+    following = hear_the_supervisor(reports, stopping, databases, readiness, own_ports, reaching)
     reports.send(Listening(metrics_port))
 
     async with contextlib.AsyncExitStack() as running:
@@ -135,7 +146,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
             gc.freeze()
             await readiness.serving()
             reports.send(Serving(services.embedder.name, services.embedder.dimension))
-            telling = asyncio.create_task(_tell_admission(admission, reports, metrics, services.databases))
+            telling = asyncio.create_task(_tell_admission(admission, reports, metrics, reaching))
             await stop_requested
             telling.cancel()
         else:
@@ -231,13 +242,13 @@ ADMISSION_CHECK_SECONDS = 0.5
 
 
 async def _tell_admission(
-    admission: Admission, reports: Connection, metrics: Metrics, databases: Sequence[Database]
+    admission: Admission, reports: Connection, metrics: Metrics, reaching: DatabasesReached
 ) -> None:
     """Tell the supervisor whenever the worker stops admitting calls (it refused some at its limit since
     the last look, every `ADMISSION_CHECK_SECONDS`) and when it admits them again (a look finds it not
     full); and whenever no database of its own answers (the primary and every replica unreachable,
     `Database.unreachable`), and when one does again."""
-    admitting = reaching = True
+    admitting = True
     while True:
         await asyncio.sleep(ADMISSION_CHECK_SECONDS)
         now = admission.admitting(admitting)
@@ -245,10 +256,31 @@ async def _tell_admission(
             admitting = now
             metrics.full.set(0 if admitting else 1)
             reports.send(Admitting(admitting))
-        now = any(database.unreachable is None for database in databases)
-        if now != reaching:
-            reaching = now
-            reports.send(Reaching(reaching))
+        reaching.tell()
+
+
+class DatabasesReached:
+    """Whether a database of the worker's answers, as last told to the supervisor (`Reaching`, or
+    `Reconnected` after a restart): `tell` sends a change only, whichever of the two looks."""
+
+    def __init__(self, reports: Connection, databases: Sequence[Database]) -> None:
+        self._reports = reports
+        self._databases = databases
+        self.told = True
+
+    def now(self) -> bool:
+        return any(database.unreachable is None for database in self._databases)
+
+    def tell(self) -> None:
+        now = self.now()
+        if now != self.told:
+            self.told = now
+            self._reports.send(Reaching(now))
+
+    def reconnected(self) -> None:
+        """Tell the supervisor the connections were made good after a restart, with whether they answer."""
+        self.told = self.now()
+        self._reports.send(Reconnected(self.told))
 
 
 def hear_the_supervisor(
@@ -257,12 +289,15 @@ def hear_the_supervisor(
     databases: list[Database],
     readiness: Readiness | None = None,
     own_ports: set[int] | None = None,
+    reaching: DatabasesReached | None = None,
 ) -> asyncio.Task[None]:
     """Follow the supervisor's word, in the order it comes on the pipe: whether every worker serves (told
     to `readiness`, a worker's), that the embedded database restarted (so the pools' connections, all
     lost, are replaced now rather than each failing a call first), and the ports the server listens on
     (kept in `own_ports`, which a worker's egress policy reads). Stop when the pipe closes: the supervisor
-    is gone (killed, say), and no worker may outlive it."""
+    is gone (killed, say), and no worker may outlive it. After a restart, the worker tells (`reaching`)
+    that its connections were made good."""
+    told = reaching if reaching is not None else DatabasesReached(reports, databases)
     loop = asyncio.get_running_loop()
     heard: asyncio.Queue[SupervisorWord | None] = asyncio.Queue()
 
@@ -278,7 +313,9 @@ def hear_the_supervisor(
             if isinstance(word, AllServing) and readiness is not None:
                 await readiness.all_serving(word.all_serving)
             elif isinstance(word, DatabaseRestarted):
+                # Health says SERVING again only once every worker has told it made its connections good.
                 await asyncio.gather(*(database.check() for database in databases))
+                told.reconnected()
             elif isinstance(word, OwnPorts) and own_ports is not None:
                 own_ports.update(word.ports)
         logger.warning("reason=<the supervisor is gone> | stopping")

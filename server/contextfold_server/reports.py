@@ -1,8 +1,9 @@
 """What a worker and its supervisor tell each other over the pipe between them, as typed messages.
 
 A worker reports `Listening` (its port is open; NOT_SERVING yet), `Serving` (its dependencies
-are ready), `Admitting` (whether it admits calls, or is full and refusing them) and `Reaching`
-(whether a database of its own answers: the primary or a replica). The supervisor
+are ready), `Admitting` (whether it admits calls, or is full and refusing them), `Reaching`
+(whether a database of its own answers: the primary or a replica) and `Reconnected` (its connections
+were made good after `DatabaseRestarted`, and whether a database answers them). The supervisor
 tells every worker `AllServing` (whether every worker serves and one at least admits calls, which
 health speaks for), `DatabaseRestarted` (the embedded Postgres came back: replace the pool's connections
 now, rather than each failing a call first) and `OwnPorts` (every port the server listens on, which
@@ -38,6 +39,13 @@ class Reaching:
 
 
 @dataclass(frozen=True)
+class Reconnected:
+    # After `DatabaseRestarted`: the worker's pools were checked, a reconnection under way was tried at
+    # once and ended, and whether a database of the worker's answers now.
+    reaching: bool
+
+
+@dataclass(frozen=True)
 class AllServing:
     all_serving: bool
 
@@ -53,5 +61,5 @@ class OwnPorts:
     ports: tuple[int, ...]
 
 
-WorkerReport = Listening | Serving | Admitting | Reaching
+WorkerReport = Listening | Serving | Admitting | Reaching | Reconnected
 SupervisorWord = AllServing | DatabaseRestarted | OwnPorts

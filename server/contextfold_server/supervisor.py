@@ -55,6 +55,7 @@ from .reports import (
     Listening,
     OwnPorts,
     Reaching,
+    Reconnected,
     Serving,
     SupervisorWord,
     WorkerReport,
@@ -87,6 +88,8 @@ class _Worker:
     reaching: bool = True
     # Whether its end of the pipe is still open (it closes as the worker exits).
     reporting: bool = True
+    # True from the embedded Postgres' restart until it reports its connections made good (`Reconnected`).
+    reconnecting: bool = False
 
     @property
     def kind(self) -> str:
@@ -146,19 +149,24 @@ class _Supervisor:
                     self.shared.port,
                     _transport(self.config),
                 )
-        elif isinstance(report, Admitting | Reaching):
+        elif isinstance(report, Admitting | Reaching | Reconnected):
             before = self.serving_now()
             if isinstance(report, Admitting):
                 worker.admitting = report.admitting
-                down, up = "every worker is full, refusing calls> | NOT_SERVING until one admits", "admits calls"
+                down = "every worker is full, refusing calls> | NOT_SERVING until one admits"
+                up = "a worker admits calls again"
             else:
                 worker.reaching = report.reaching
-                down, up = "no worker reaches a database> | NOT_SERVING until one does", "reaches a database"
+                down = "no worker reaches a database> | NOT_SERVING until one does"
+                up = "a worker reaches a database again"
+                if isinstance(report, Reconnected):
+                    worker.reconnecting = False
+                    up = "every worker reconnected to the restarted embedded Postgres"
             if self.serving_now() != before:
                 if before:
                     logger.warning("reason=<%s", down)
                 else:
-                    logger.info("a worker %s again | SERVING", up)
+                    logger.info("%s | SERVING", up)
                 self.tell_all_serving(self.serving_now())
         elif isinstance(report, Serving):
             worker.serving = worker.served = True
@@ -210,20 +218,23 @@ class _Supervisor:
             logger.error("reason=<%s> | the embedded Postgres cannot start again | stopping", error)
             self.stop()
             return 1
+        # Health stays NOT_SERVING until every worker has made its connections good (a reconnection under
+        # way in a worker would refuse the first calls): each tells so (`Reconnected`), and the last one's
+        # report turns it to SERVING.
+        for worker in self.everyone():
+            worker.reconnecting = worker.reporting
         self.tell(DatabaseRestarted())
-        if self.workers and self.serving_now():
-            self.tell_all_serving(True)
         return None
 
     def serving_now(self) -> bool:
-        """What health says: every worker and bulk worker serves, and one worker at least admits calls (not
-        every one is full)."""
+        """What health says: every worker and bulk worker serves (and has made its connections good since the
+        embedded Postgres last restarted), and one worker at least admits calls (not every one is full)."""
         workers = list(self.workers.values())
         bulk = list(self.bulk.values())
         return (
             len(workers) == self.config.workers
             and len(bulk) == self.config.bulk_workers
-            and all(worker.serving for worker in (*workers, *bulk))
+            and all(worker.serving and not worker.reconnecting for worker in (*workers, *bulk))
             and any(worker.admitting for worker in workers)
             and any(worker.reaching for worker in workers)
         )

@@ -103,6 +103,8 @@ class Database:
         # Why the database does not answer, while it does not (a fresh connection failed): calls fail at once.
         self.unreachable: str | None = None
         self._recovering: asyncio.Task[None] | None = None
+        # Set by `check`: a recovery under way tries a fresh connection now, not at its next turn.
+        self._try_now = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
         self._turns = _TenantTurns(pool.max_size, limits.per_tenant, timeout=limits.turn_seconds)
         # With read replicas (set by `Databases.open`): each transaction's commit notes its WAL
@@ -162,7 +164,16 @@ class Database:
         await self._pool.close()
 
     async def check(self) -> None:
-        """Check every idle connection, replacing those that were lost (the database restarted)."""
+        """After the database restarted: a recovery under way (calls refused while it is `unreachable`) tries a
+        fresh connection at once rather than at its next turn, and is waited for, up to one try's time; then
+        every idle connection is checked, those that were lost replaced. So once this returns, a database that
+        answers takes the next call, on the first try."""
+        recovering = self._recovering
+        if recovering is not None and not recovering.done():
+            self._try_now.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_TRY_SECONDS + RECONNECT_SECONDS):
+                    await asyncio.shield(recovering)
         await self._pool.check()
 
     def connection(self, namespace: str) -> NamespaceConnection:
@@ -298,6 +309,7 @@ class Database:
         are checked (and the lost ones replaced), so each does not fail a call first. Otherwise, until a
         fresh connection reaches it (every `RECONNECT_SECONDS`), calls fail at once; then the pool starts
         over with new connections, as the pool's own retries of the lost ones back off to minutes."""
+        self._try_now.clear()
         reason = await self._try()
         if reason is None and not moved:
             await self._pool.check()
@@ -306,7 +318,10 @@ class Database:
             self.unreachable = reason
             logger.warning("tried=<%s> reason=<%s> | the database does not answer | trying again", self._where, reason)
         while reason is not None:
-            await asyncio.sleep(RECONNECT_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RECONNECT_SECONDS):
+                    await self._try_now.wait()
+            self._try_now.clear()
             reason = await self._try()
         if self._new_pool is not None:
             old, self._pool = self._pool, self._new_pool()
