@@ -324,8 +324,10 @@ def _supervise(
         _warn_open(config.host)
     reservation, port = _reserve_port(config.host, config.port)
     console = _reserve_port(config.console_host, config.console_port) if config.console_port >= 0 else None
-    # The bulk workers' sockets, in a folder only this process's user may enter (mkdtemp makes it so).
-    sockets = Path(tempfile.mkdtemp(prefix="contextfold-bulk-"))
+    # The bulk workers' sockets, in a folder only this process's user may enter (mkdtemp makes it so), named for
+    # this process: one that a supervisor killed with kill -9 left behind is removed by the next start.
+    _remove_left_sockets(Path(tempfile.gettempdir()))
+    sockets = Path(tempfile.mkdtemp(prefix=f"{_SOCKETS_PREFIX}{os.getpid()}-"))
     # Every connection to the primary, wherever it is now: of a URL's hosts, the one that takes writes.
     shared = Shared(
         following_the_primary(database_url),
@@ -390,6 +392,26 @@ def _follow(
             if worker.process.sentinel in ready:
                 exit_code = supervisor.ended(worker) or exit_code
     return exit_code
+
+
+_SOCKETS_PREFIX = "contextfold-bulk-"
+
+
+def _remove_left_sockets(folder: Path) -> None:
+    """Remove the bulk workers' socket folders in `folder` that supervisors of this user left behind as they
+    were killed: each is named for its supervisor's pid, and only one whose process is gone is removed (a pid
+    now another process's is left: it may be a live supervisor's)."""
+    uid = os.getuid()
+    for left in folder.glob(f"{_SOCKETS_PREFIX}*-*"):
+        pid = left.name.removeprefix(_SOCKETS_PREFIX).split("-", 1)[0]
+        try:
+            if not pid.isdigit() or left.is_symlink() or left.stat().st_uid != uid or not left.is_dir():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(left, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _say_what_the_data_directory_holds(embedded: EmbeddedPostgres, url: str) -> None:
