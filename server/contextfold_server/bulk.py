@@ -32,7 +32,7 @@ from .observe.metrics import Metrics
 from .observe.usage import UsageCounters
 from .postgres.listener import ChangeListener
 from .postgres.pool import Database
-from .process import hear_the_supervisor
+from .process import DatabasesReached, hear_the_supervisor
 from .reports import Listening, Serving
 from .wiring import Shared, StartFailed, build_bulk
 
@@ -50,7 +50,7 @@ async def serve_bulk(config: Config, shared: Shared, index: int, reports: Connec
     quotas = QuotaBook(shared.owner_url, listener, default_quota(config), config.workers)
     usage = UsageCounters(shared.owner_url, observe=metrics.count_usage)
     databases: list[Database] = []
-    following = hear_the_supervisor(reports, stopping, databases)
+    following = hear_the_supervisor(reports, stopping, DatabasesReached(reports, databases))
     reports.send(Listening(metrics.serve("127.0.0.1", 0)))
     async with contextlib.AsyncExitStack() as running:
         usage.start()

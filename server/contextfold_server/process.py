@@ -122,7 +122,7 @@ async def serve(config: Config, shared: Shared, worker: int, reports: Connection
     # Every port the server's processes listen on, as the supervisor tells them (no provider may be one).
     own_ports = {shared.port, config.admin_port, metrics_port, *([shared.console_port] if shared.console_port else [])}
     reaching = DatabasesReached(reports, databases)
-    following = hear_the_supervisor(reports, stopping, databases, readiness, own_ports, reaching)
+    following = hear_the_supervisor(reports, stopping, reaching, readiness, own_ports)
     reports.send(Listening(metrics_port))
 
     async with contextlib.AsyncExitStack() as running:
@@ -260,8 +260,9 @@ async def _tell_admission(
 
 
 class DatabasesReached:
-    """Whether a database of the worker's answers, as last told to the supervisor (`Reaching`, or
-    `Reconnected` after a restart): `tell` sends a change only, whichever of the two looks."""
+    """The worker's databases (filled in once it has started), and whether one of them answers, as last told to
+    the supervisor (`Reaching`, or `Reconnected` after a restart): `tell` sends a change only, whichever of
+    the two looks."""
 
     def __init__(self, reports: Connection, databases: Sequence[Database]) -> None:
         self._reports = reports
@@ -277,8 +278,11 @@ class DatabasesReached:
             self.told = now
             self._reports.send(Reaching(now))
 
-    def reconnected(self) -> None:
-        """Tell the supervisor the connections were made good after a restart, with whether they answer."""
+    async def reconnect(self) -> None:
+        """After the embedded Postgres restarted: make every database's connections good (`Database.check`),
+        then tell the supervisor so, with whether one answers. Health says SERVING again only once every
+        worker has."""
+        await asyncio.gather(*(database.check() for database in self._databases))
         self.told = self.now()
         self._reports.send(Reconnected(self.told))
 
@@ -286,18 +290,16 @@ class DatabasesReached:
 def hear_the_supervisor(
     reports: Connection,
     stopping: asyncio.Event,
-    databases: list[Database],
+    reaching: DatabasesReached,
     readiness: Readiness | None = None,
     own_ports: set[int] | None = None,
-    reaching: DatabasesReached | None = None,
 ) -> asyncio.Task[None]:
     """Follow the supervisor's word, in the order it comes on the pipe: whether every worker serves (told
     to `readiness`, a worker's), that the embedded database restarted (so the pools' connections, all
-    lost, are replaced now rather than each failing a call first), and the ports the server listens on
-    (kept in `own_ports`, which a worker's egress policy reads). Stop when the pipe closes: the supervisor
-    is gone (killed, say), and no worker may outlive it. After a restart, the worker tells (`reaching`)
-    that its connections were made good."""
-    told = reaching if reaching is not None else DatabasesReached(reports, databases)
+    lost, are replaced now rather than each failing a call first, and the supervisor told when they are:
+    `reaching.reconnect`), and the ports the server listens on (kept in `own_ports`, which a worker's
+    egress policy reads). Stop when the pipe closes: the supervisor is gone (killed, say), and no worker
+    may outlive it."""
     loop = asyncio.get_running_loop()
     heard: asyncio.Queue[SupervisorWord | None] = asyncio.Queue()
 
@@ -313,9 +315,7 @@ def hear_the_supervisor(
             if isinstance(word, AllServing) and readiness is not None:
                 await readiness.all_serving(word.all_serving)
             elif isinstance(word, DatabaseRestarted):
-                # Health says SERVING again only once every worker has told it made its connections good.
-                await asyncio.gather(*(database.check() for database in databases))
-                told.reconnected()
+                await reaching.reconnect()
             elif isinstance(word, OwnPorts) and own_ports is not None:
                 own_ports.update(word.ports)
         logger.warning("reason=<the supervisor is gone> | stopping")
