@@ -919,6 +919,56 @@ def test_a_tenants_words_and_metadata_are_looked_up_among_its_own_entries_howeve
     assert all(0 < read[name].get(index, 0) < 100 for name, index in inverted.items()), f"read by each index: {read}"
 
 
+def test_a_lookup_read_through_a_btree_index_computes_the_marked_keys_of_the_entries_holding_what_it_looks_for_only(
+    postgres: Postgres,
+) -> None:
+    """Where the planner reads a tenant's few entries through a btree index rather than the inverted one (a store of
+    hundreds beside another tenant's tens of thousands), each lookup checks an entry's own words or metadata before
+    computing its keys under the namespace's mark (migration 25): the keys (an MD5 and an array an entry) are
+    computed for the entries that hold what is looked up, not for every one of the tenant's 2,000, which took the
+    default's words 8 ms where the words' index took under one. The btree's plan is the one left to the planner
+    here (no bitmap scans, which the inverted indexes need)."""
+    a_store_of_entries(
+        postgres.url, "a throng", "'Thaddeus took the ferry to Tavira, trip ' || g", metadata='\'{"topic": "work"}\''
+    )
+    a_store_of_entries(
+        postgres.url,
+        "a handful",
+        "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
+        count=2000,
+        metadata="jsonb_build_object('topic', CASE WHEN g = 7 THEN 'work' ELSE 'home' END)",
+    )
+    lookups = {
+        "words": (
+            "SELECT * FROM contextfold.word_matches(%s, %s, %s, 5.0, NULL, %s, array[]::text[], '', '', '', 20)",
+            (["thaddeus", "ferri"], ["thaddeus", "ferri"], [3.0, 3.0], ["s"]),
+        ),
+        "rare words": (
+            "SELECT * FROM contextfold.rare_word_matches(%s, %s, array[]::text[], '', '', '', 20)",
+            ("Who booked the ferry, Thaddeus?", ["s"]),
+        ),
+        "metadata": ("SELECT contextfold.metadata_holders(%s::jsonb[])", ([Jsonb({"topic": "work"})],)),
+    }
+    keys = "SELECT pg_stat_get_xact_function_calls(%s::regprocedure)"
+    marks = {"words": "contextfold.own_words(text, text[])", "metadata": "contextfold.own_metadata(text, jsonb)"}
+    found, computed, read = {}, {}, {}
+    with psycopg.connect(postgres.url) as conn:
+        conn.execute("SET track_functions = 'all'")
+        conn.execute("SET enable_bitmapscan = off")
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', 'a handful', true)")
+        for name, (call, params) in lookups.items():
+            mark = marks["metadata" if name == "metadata" else "words"]
+            before = conn.execute(keys, (mark,)).fetchone()[0] or 0
+            found[name] = [row[0] for row in conn.execute(call, params).fetchall()]
+            computed[name] = (conn.execute(keys, (mark,)).fetchone()[0] or 0) - before
+        read = entries_read_by_index(conn)
+    assert found == {"words": ["t7"], "rare words": ["t7"], "metadata": ["t7"]}
+    assert not {"memories_own_words", "memories_own_metadata"} & set(read), f"read by each index: {read}"
+    # The one holder's keys, and the looked-up words' or document's own.
+    assert all(0 < calls <= 8 for calls in computed.values()), f"the marked keys computed by each lookup: {computed}"
+
+
 def test_each_found_entry_is_weighed_by_bm25_over_the_questions_words_whatever_its_length(postgres: Postgres) -> None:
     """`word_matches` weighs an entry by the question's words it holds, each as often as it holds it (BM25: k1 0.9,
     b 0.4, over the entry's own count of words, as a share of an entry holding every word once), however many other
