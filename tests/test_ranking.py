@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -876,25 +877,19 @@ def test_the_words_are_found_through_their_index_whatever_a_connection_asked_fir
     assert sum(read.values()) < 100, f"the entries read through each index: {read}"
 
 
-def test_a_tenants_words_and_metadata_are_looked_up_among_its_own_entries_however_many_another_tenant_holds(
-    postgres: Postgres,
-) -> None:
-    """The inverted indexes keep each namespace's entries apart (migration 23): looking up a word, or a metadata
-    value, that one of its 2,000 entries holds, a tenant reads that entry, not the 10,000 of another tenant that hold
-    it too. Through one list for every namespace (`memories_lexemes`, `memories_metadata`), each lookup read the
-    10,001 holders, then kept its own. So do the default's words, hybrid's rare words and a filter's metadata
-    holders."""
+def a_crowd_and_a_few_holding_one_word(url: str, crowd: str, few: str) -> dict[str, tuple[str, tuple[Any, ...]]]:
+    """Two tenants: `crowd`'s 10,000 entries all say that Thaddeus took the ferry (metadata topic work); of `few`'s
+    2,000, only t7 does (the one of topic work). The three lookups of the inverted indexes that find t7 for `few`,
+    each a statement and its parameters: the default's words, hybrid's rare words and a filter's metadata holders."""
+    a_store_of_entries(url, crowd, "'Thaddeus took the ferry to Tavira, trip ' || g", metadata='\'{"topic": "work"}\'')
     a_store_of_entries(
-        postgres.url, "a crowd", "'Thaddeus took the ferry to Tavira, trip ' || g", metadata='\'{"topic": "work"}\''
-    )
-    a_store_of_entries(
-        postgres.url,
-        "a few",
+        url,
+        few,
         "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
         count=2000,
         metadata="jsonb_build_object('topic', CASE WHEN g = 7 THEN 'work' ELSE 'home' END)",
     )
-    lookups = {
+    return {
         "words": (
             "SELECT * FROM contextfold.word_matches(%s, %s, %s, 5.0, NULL, %s, array[]::text[], '', '', '', 20)",
             (["thaddeus", "ferri"], ["thaddeus", "ferri"], [3.0, 3.0], ["s"]),
@@ -905,6 +900,17 @@ def test_a_tenants_words_and_metadata_are_looked_up_among_its_own_entries_howeve
         ),
         "metadata": ("SELECT contextfold.metadata_holders(%s::jsonb[])", ([Jsonb({"topic": "work"})],)),
     }
+
+
+def test_a_tenants_words_and_metadata_are_looked_up_among_its_own_entries_however_many_another_tenant_holds(
+    postgres: Postgres,
+) -> None:
+    """The inverted indexes keep each namespace's entries apart (migration 23): looking up a word, or a metadata
+    value, that one of its 2,000 entries holds, a tenant reads that entry, not the 10,000 of another tenant that hold
+    it too. Through one list for every namespace (`memories_lexemes`, `memories_metadata`), each lookup read the
+    10,001 holders, then kept its own. So do the default's words, hybrid's rare words and a filter's metadata
+    holders."""
+    lookups = a_crowd_and_a_few_holding_one_word(postgres.url, "a crowd", "a few")
     found, read = {}, {}
     with psycopg.connect(postgres.url) as conn:
         conn.execute("SET ROLE contextfold_service")
@@ -928,27 +934,7 @@ def test_a_lookup_read_through_a_btree_index_computes_the_marked_keys_of_the_ent
     computed for the entries that hold what is looked up, not for every one of the tenant's 2,000, which took the
     default's words 8 ms where the words' index took under one. The btree's plan is the one left to the planner
     here (no bitmap scans, which the inverted indexes need)."""
-    a_store_of_entries(
-        postgres.url, "a throng", "'Thaddeus took the ferry to Tavira, trip ' || g", metadata='\'{"topic": "work"}\''
-    )
-    a_store_of_entries(
-        postgres.url,
-        "a handful",
-        "CASE WHEN g = 7 THEN 'Thaddeus booked the ferry' ELSE 'a note about the plan number ' || g END",
-        count=2000,
-        metadata="jsonb_build_object('topic', CASE WHEN g = 7 THEN 'work' ELSE 'home' END)",
-    )
-    lookups = {
-        "words": (
-            "SELECT * FROM contextfold.word_matches(%s, %s, %s, 5.0, NULL, %s, array[]::text[], '', '', '', 20)",
-            (["thaddeus", "ferri"], ["thaddeus", "ferri"], [3.0, 3.0], ["s"]),
-        ),
-        "rare words": (
-            "SELECT * FROM contextfold.rare_word_matches(%s, %s, array[]::text[], '', '', '', 20)",
-            ("Who booked the ferry, Thaddeus?", ["s"]),
-        ),
-        "metadata": ("SELECT contextfold.metadata_holders(%s::jsonb[])", ([Jsonb({"topic": "work"})],)),
-    }
+    lookups = a_crowd_and_a_few_holding_one_word(postgres.url, "a throng", "a handful")
     keys = "SELECT pg_stat_get_xact_function_calls(%s::regprocedure)"
     marks = {"words": "contextfold.own_words(text, text[])", "metadata": "contextfold.own_metadata(text, jsonb)"}
     found, computed, read = {}, {}, {}
