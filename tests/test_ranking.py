@@ -936,18 +936,18 @@ def test_a_lookup_read_through_a_btree_index_computes_the_marked_keys_of_the_ent
     here (no bitmap scans, which the inverted indexes need)."""
     lookups = a_crowd_and_a_few_holding_one_word(postgres.url, "a throng", "a handful")
     keys = "SELECT pg_stat_get_xact_function_calls(%s::regprocedure)"
-    marks = {"words": "contextfold.own_words(text, text[])", "metadata": "contextfold.own_metadata(text, jsonb)"}
-    found, computed, read = {}, {}, {}
+    words, metadata = "contextfold.own_words(text, text[])", "contextfold.own_metadata(text, jsonb)"
+    marks = {"words": words, "rare words": words, "metadata": metadata}
+    found, computed = {}, {}
     with psycopg.connect(postgres.url) as conn:
         conn.execute("SET track_functions = 'all'")
         conn.execute("SET enable_bitmapscan = off")
         conn.execute("SET ROLE contextfold_service")
         conn.execute("SELECT set_config('contextfold.namespace', 'a handful', true)")
         for name, (call, params) in lookups.items():
-            mark = marks["metadata" if name == "metadata" else "words"]
-            before = conn.execute(keys, (mark,)).fetchone()[0] or 0
+            before = conn.execute(keys, (marks[name],)).fetchone()[0] or 0
             found[name] = [row[0] for row in conn.execute(call, params).fetchall()]
-            computed[name] = (conn.execute(keys, (mark,)).fetchone()[0] or 0) - before
+            computed[name] = (conn.execute(keys, (marks[name],)).fetchone()[0] or 0) - before
         read = entries_read_by_index(conn)
     assert found == {"words": ["t7"], "rare words": ["t7"], "metadata": ["t7"]}
     assert not {"memories_own_words", "memories_own_metadata"} & set(read), f"read by each index: {read}"
