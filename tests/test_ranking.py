@@ -42,7 +42,13 @@ from contextfold_server.engine.weighing import (
 from contextfold_server.memory.records import Candidate, MemoryRecord, Scope
 from contextfold_server.memory.reranker import Reranker, RerankFailed
 from contextfold_server.memory.search import READINGS_KEPT, Readings
-from contextfold_server.memory.statements import GENERIC_PLAN, entries_where, neighbours_statement, words_statement
+from contextfold_server.memory.statements import (
+    GENERIC_PLAN,
+    candidates_statement,
+    entries_where,
+    neighbours_statement,
+    words_statement,
+)
 from contextfold_server.postgres.migrations import latest_version, migrate
 from contextfold_server.postgres.schema import OPEN_NAMESPACE
 from pgvector.psycopg import register_vector
@@ -1072,6 +1078,52 @@ def test_the_words_statement_planned_once_for_a_connection_reads_the_scopes_own_
     assert sorted(row["id"] for row in found if row["beside"] == "t700") == ["t699", "t701"]
     assert "memories_by_store" not in read, read
     assert read.get("memories_by_user_id", 0) < 6 * 2760 / 2, f"the entries each index gave over six runs: {read}"
+
+
+def test_the_nearest_entries_of_one_store_have_what_the_weighing_reads_made_for_those_kept_only(
+    postgres: Postgres,
+) -> None:
+    """Searching one store, the default's nearest entries are its scope's sorted by distance and cut to `per_store`;
+    what the weighing reads of each (the content's first `READ_MOST` characters, the metadata as text) is made for the
+    entries kept, above the cut. Made below it, as the scan's output, it was made for every entry of the scope and
+    thrown away for all but ten: for a LoCoMo conversation's 419 turns, 0.5 to 1 ms of the statement's 2.4."""
+    namespace = "nearest-columns-made-late"
+    a_store_of_entries(
+        postgres.url,
+        namespace,
+        "'Turn ' || g || ': we talked about the plan again.'",
+        count=2760,
+        dimension=384,
+        user_id="'u' || ((g - 1) / 552)",
+        metadata="jsonb_build_object('turn', g)",
+    )
+    where, params = entries_where(Scope(user_id="u1"), None)
+    params |= {"namespace": namespace, "names": ["s"], "exclude": [], "live_at": datetime.now(UTC), "seeds": 20}
+    params |= {"vector": np.eye(384, dtype=np.float32)[0], "scope": ["u1", "", ""], "per_store": 10, "pool": 40}
+    statement = candidates_statement(384, where, each_store=True, beside=True)
+    with psycopg.connect(postgres.url, row_factory=dict_row) as conn:
+        register_vector(conn)
+        conn.execute("SET ROLE contextfold_service")
+        conn.execute("SELECT set_config('contextfold.namespace', %s, true)", (namespace,))
+        rows = conn.execute(statement, params).fetchall()
+        (explained,) = conn.execute("EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) " + statement, params).fetchone().values()
+
+    def nodes(node: dict) -> Iterator[dict]:
+        yield node
+        for child in node.get("Plans", ()):
+            yield from nodes(child)
+
+    every = list(nodes(explained[0]["Plan"]))
+    scanned = [node for node in every if node["Actual Rows"] * node["Actual Loops"] >= 552]
+    made = [output for node in every for output in node.get("Output", ()) if "left(" in output or ")::text" in output]
+    kept = [row for row in rows if row["id"] is not None and row["beside"] is None]
+    assert len(kept) == 10 and all(row["user_id"] == "u1" for row in kept)
+    assert all(row["metadata"].startswith('{"turn": ') for row in kept)
+    assert scanned and made, f"the scope's entries are read, and their columns made: {every}"
+    outputs = {node["Node Type"]: node.get("Output") for node in scanned}
+    assert not any("left(" in output or ")::text" in output for node in scanned for output in node.get("Output", ())), (
+        f"the columns made for each of the scope's 552 entries: {outputs}"
+    )
 
 
 def test_the_entries_written_are_analyzed_a_moment_later_not_at_autovacuums_turn(
